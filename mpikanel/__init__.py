@@ -1,0 +1,22 @@
+"""mpikanel: an MPI parameter server for distributed SGD with pluggable synchronization models.
+
+``mpikanel.train(config, comm=None)`` trains collectively on an mpi4py communicator;
+``python -m mpikanel.train`` is the command-line entry point.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+__version__ = "0.1.0"
+__all__ = ["__version__", "train", "TrainConfig", "make_config", "InputError", "TrainingError"]
+
+from .config import TrainConfig, make_config
+from .errors import InputError, TrainingError
+
+
+def __getattr__(name: str) -> Any:
+    # Lazy: importing mpikanel must not initialize MPI; train imports mpi4py.
+    if name == "train":
+        import importlib
+        return importlib.import_module(".train", __name__)
+    raise AttributeError(f"module 'mpikanel' has no attribute {name!r}")

@@ -1,0 +1,28 @@
+"""``python -m mpikanel.bench <subcommand>``: each subcommand is a module with add_arguments and run."""
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+#: subcommand -> module exposing ``add_arguments(parser)`` and ``run(args) -> int``; add new ones here
+SUBCOMMANDS: dict[str, tuple[str, str]] = {
+    "server": ("mpikanel.bench.server", "parameter-server updates/s vs a plain mpi4py loop"),
+    "yield": ("mpikanel.bench.yield_check", "CPU used by a rank blocked in MPI (heavy-yield check)"),
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Parse the subcommand and its flags, run it, return its exit code."""
+    parser = argparse.ArgumentParser(prog="python -m mpikanel.bench", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True, metavar="SUBCOMMAND")
+    modules = {}
+    for name, (module_name, help_text) in SUBCOMMANDS.items():
+        modules[name] = importlib.import_module(module_name)
+        modules[name].add_arguments(sub.add_parser(name, help=help_text, description=help_text))
+    args = parser.parse_args(argv)
+    return modules[args.command].run(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

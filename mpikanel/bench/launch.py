@@ -1,0 +1,73 @@
+"""Find mpiexec and run a rank-side benchmark module under it, bounded by a timeout."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+HEAVY_YIELD = "MPIR_CVAR_ENABLE_HEAVY_YIELD"
+_REPO_ROOT = str(Path(__file__).resolve().parents[2])
+_LAUNCHER_VARS = ("PMI_", "PMIX_", "OMPI_", "HYDRA_", "MPI_LOCALNRANKS", "MPI_LOCALRANKID")
+
+
+class MpiexecNotFound(RuntimeError):
+    """No mpiexec next to this Python nor on PATH."""
+
+
+class RankRunError(RuntimeError):
+    """A launched benchmark failed, timed out, or printed no JSON result."""
+
+
+def find_mpiexec() -> str:
+    """The launcher next to sys.executable (the venv's, e.g. the MPICH wheel's), else on PATH."""
+    here = Path(sys.executable).parent / "mpiexec"
+    if here.exists():
+        return str(here)
+    found = shutil.which("mpiexec")
+    if found:
+        return found
+    raise MpiexecNotFound(f"mpiexec not found next to {sys.executable} nor on PATH; "
+                          "install the PyPI mpich wheel (pip install 'mpikanel[mpich]') or load an MPI module")
+
+
+def rank_env(heavy_yield: bool | None) -> dict[str, str]:
+    """Child environment: launcher variables dropped; heavy-yield forced on/off, or removed (None)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(_LAUNCHER_VARS)}
+    env.pop(HEAVY_YIELD, None)
+    if heavy_yield is not None:
+        env[HEAVY_YIELD] = "1" if heavy_yield else "0"
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (_REPO_ROOT, env.get("PYTHONPATH", "")) if p)
+    return env
+
+
+@dataclass
+class RankRun:
+    """One launch: the command, rank 0's JSON lines and the captured streams."""
+
+    cmd: list[str]
+    results: list[dict]
+    stdout: str
+    stderr: str
+
+
+def run_ranks(n: int, module: str, args: list[str], env: dict[str, str], timeout: float) -> RankRun:
+    """Run ``mpiexec -n n python -m module args``; kill its whole process group on timeout."""
+    cmd = [find_mpiexec(), "-n", str(n), sys.executable, "-m", module, *args]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=env, start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, err = proc.communicate()
+        raise RankRunError(f"timed out after {timeout:g}s: {' '.join(cmd)}\n{err[-2000:]}") from None
+    results = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+    if proc.returncode != 0 or not results:
+        raise RankRunError(f"exit {proc.returncode}, {len(results)} result lines: {' '.join(cmd)}\n"
+                           f"{out[-1000:]}{err[-2000:]}")
+    return RankRun(cmd, results, out, err)

@@ -1,0 +1,86 @@
+"""Message tags and the one frame layout every push and reply uses.
+
+A frame is one contiguous byte buffer sent as ``MPI.BYTE``:
+
+    [ int64 header x HEADER_INTS | float64 meta x META_FLOATS | float64 payload x n_params ]
+
+Integer fields live in their own int64 section so clocks and counts stay exact
+(a float32 frame is exact only to 2**24). The buffer is preallocated once per peer
+and reused; numpy views give typed access without copies.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import IntEnum
+
+import numpy as np
+
+
+class Tag(IntEnum):
+    """MPI tags; one place for all of them."""
+
+    PUSH = 11    # worker -> server: header + delta
+    REPLY = 12   # server -> worker: header + fresh parameters
+
+
+class H(IntEnum):
+    """Indices into the int64 header."""
+
+    CLOCK = 0      # push: worker clock after this push; reply: echo of the clock it answers
+    STEPS = 1      # push: local SGD steps folded into this delta
+    FLAGS = 2      # Flag bits
+    VERSION = 3    # reply: server version (pushes applied so far); push: version of the base
+    PLAN = 4       # reply: local steps the worker should run before its next push
+    BUSY = 5       # reply: pushes queued at the server when it answered (congestion hint)
+    RESERVED6 = 6
+    RESERVED7 = 7
+
+
+class M(IntEnum):
+    """Indices into the float64 meta section."""
+
+    STEP_S = 0      # push: mean compute seconds per step since the last push
+    HELD_S = 1      # reply: seconds the server held this push before answering
+    RTT_S = 2       # push: worker's last measured exchange round-trip
+    RESERVED3 = 3
+
+
+class Flag(IntEnum):
+    """Bits for the FLAGS header field."""
+
+    DONE = 1        # push: worker's last push; it leaves every barrier afterwards
+    STOP = 2        # reply: server asks the worker to stop early
+    HAS_DELTA = 4   # push: payload carries a delta (else header-only)
+
+
+HEADER_INTS = len(H)
+META_FLOATS = len(M)
+PAYLOAD_OFFSET = 8 * (HEADER_INTS + META_FLOATS)
+
+
+def frame_nbytes(n_params: int) -> int:
+    """Size in bytes of a frame carrying n_params float64 values."""
+    return PAYLOAD_OFFSET + 8 * n_params
+
+
+@dataclass
+class Frame:
+    """A preallocated frame buffer with typed views onto its sections."""
+
+    buf: np.ndarray
+    header: np.ndarray
+    meta: np.ndarray
+    payload: np.ndarray
+
+    @classmethod
+    def allocate(cls, n_params: int) -> "Frame":
+        """Allocate a zeroed frame for n_params parameters."""
+        buf = np.zeros(frame_nbytes(n_params), dtype=np.uint8)
+        header = buf[: 8 * HEADER_INTS].view(np.int64)
+        meta = buf[8 * HEADER_INTS: PAYLOAD_OFFSET].view(np.float64)
+        payload = buf[PAYLOAD_OFFSET:].view(np.float64)
+        return cls(buf, header, meta, payload)
+
+    def has(self, flag: Flag) -> bool:
+        """True when the FLAGS header field has this bit set."""
+        return bool(self.header[H.FLAGS] & flag)

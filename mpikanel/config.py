@@ -1,0 +1,221 @@
+"""Training configuration: one frozen dataclass, filled from defaults, a TOML file and flags."""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import math
+import sys
+import tomllib
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any
+
+from .errors import InputError
+from .sync import SYNC_MODELS
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """Everything a training run needs; TOML keys and CLI flags mirror these names."""
+
+    sync: str = "bsp"
+    staleness: float = 3.0
+    model: str = "softmax"
+    data: str = "synthetic"
+    data_dir: str | None = None
+    test_data: str | None = None
+    test_fraction: float = 0.1
+    n_features: int | None = None
+    synthetic_rows: int = 100_000
+    synthetic_features: int = 100
+    synthetic_classes: int | None = None
+    epochs: int = 3
+    max_steps: int | None = None
+    lr: float = 0.1
+    batch_size: int = 64
+    l2: float = 1e-4
+    seed: int = 0
+    summary_json: str | None = None
+    quiet: bool = False
+
+    def __post_init__(self) -> None:
+        _validate(self)
+
+    def replace(self, **changes: Any) -> "TrainConfig":
+        """A copy with some fields changed (validated again)."""
+        return dataclasses.replace(self, **changes)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain dict of all fields (JSON-safe; inf staleness becomes "inf")."""
+        d = dataclasses.asdict(self)
+        if math.isinf(d["staleness"]):
+            d["staleness"] = "inf"
+        return d
+
+    def to_json(self) -> str:
+        """JSON text of to_dict()."""
+        return json.dumps(self.to_dict(), sort_keys=True)
+
+    @property
+    def n_classes_hint(self) -> int:
+        """Classes the synthetic generator makes: as asked, else 2 for logistic and 10 otherwise."""
+        if self.synthetic_classes is not None:
+            return self.synthetic_classes
+        return 2 if self.model == "logistic" else 10
+
+
+_POSITIVE = ("lr", "batch_size", "epochs", "synthetic_rows", "synthetic_features")
+
+
+def _validate(c: TrainConfig) -> None:
+    if c.sync not in SYNC_MODELS:
+        raise InputError(f"unknown sync '{c.sync}'; choose from: {', '.join(SYNC_MODELS)}")
+    for name in _POSITIVE:
+        value = getattr(c, name)
+        if not value > 0:
+            raise InputError(f"{_flag(name)} must be > 0, got {value}")
+    if not (c.staleness >= 0):
+        raise InputError(f"--staleness must be >= 0 (or inf), got {c.staleness}")
+    if not (0 <= c.test_fraction < 1):
+        raise InputError(f"--test-fraction must be in [0, 1), got {c.test_fraction}")
+    if not (c.l2 >= 0 and math.isfinite(c.l2)):
+        raise InputError(f"--l2 must be a finite number >= 0, got {c.l2}")
+    if not math.isfinite(c.lr):
+        raise InputError(f"--lr must be finite, got {c.lr}")
+    for name in ("max_steps", "n_features", "synthetic_classes"):
+        value = getattr(c, name)
+        if value is not None and value < 1:
+            raise InputError(f"{_flag(name)} must be >= 1, got {value}")
+
+
+def _flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+_HELP = {
+    "sync": "synchronization model (esp/psp: later releases)",
+    "staleness": "SSP staleness bound s (0 = BSP, inf = ASP)",
+    "model": "model to train: logistic (binary) or softmax (multiclass)",
+    "data": "synthetic | fashion-mnist | PATH (.npz or .h5 with X and y; else libsvm text)",
+    "data_dir": "directory of the Fashion-MNIST IDX files (default: Debian's dataset-fashion-mnist)",
+    "test_data": "separate test set (same forms as --data)",
+    "test_fraction": "use the last F of the rows as test set when no test set is given",
+    "n_features": "number of features of a libsvm file (default: largest index seen)",
+    "synthetic_rows": "rows of the synthetic problem",
+    "synthetic_features": "features of the synthetic problem",
+    "synthetic_classes": "classes of the synthetic problem (default: 2 for logistic, else 10)",
+    "epochs": "passes over each worker's shard",
+    "max_steps": "stop each worker after this many SGD steps",
+    "lr": "SGD learning rate",
+    "batch_size": "minibatch rows per SGD step",
+    "l2": "L2 regularization strength",
+    "seed": "seed for data order and synthetic data",
+    "summary_json": "write the run summary as JSON to this path",
+    "quiet": "print nothing but errors",
+}
+
+
+class _Parser(argparse.ArgumentParser):
+    """ArgumentParser whose usage errors are printed by one rank only."""
+
+    print_errors = True
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        if self.print_errors:
+            self.print_usage(sys.stderr)
+            sys.stderr.write(f"{self.prog}: error: {message}\n")
+        sys.exit(2)
+
+
+def _float_or_inf(text: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+
+
+def build_parser(prog: str = "python -m mpikanel.train", print_errors: bool = True) -> argparse.ArgumentParser:
+    """The CLI parser; every option defaults to 'not given' so TOML values can fill in."""
+    p = _Parser(prog=prog, description="Distributed SGD on an MPI parameter server: rank 0 serves, "
+                "ranks 1..N-1 train. Run as: mpirun -n 4 python -m mpikanel.train [options]",
+                argument_default=argparse.SUPPRESS,
+                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p.print_errors = print_errors
+    p.add_argument("--config", metavar="TOML", help="TOML file whose keys mirror these flags "
+                   "(flags given on the command line win)")
+    defaults = TrainConfig()
+    for f in fields(TrainConfig):
+        flag = _flag(f.name)
+        default = getattr(defaults, f.name)
+        helptext = _HELP[f.name] + f" (default: {default})"
+        if f.type in ("bool", bool):
+            p.add_argument(flag, action="store_true", help=_HELP[f.name])
+        elif f.name == "sync":
+            p.add_argument(flag, choices=SYNC_MODELS, help=helptext)
+        elif f.name == "model":
+            p.add_argument(flag, choices=("logistic", "softmax"), help=helptext)
+        else:
+            kind = _field_kind(f)
+            p.add_argument(flag, type=kind, metavar=f.name.upper(), help=helptext)
+    return p
+
+
+def _field_kind(f: dataclasses.Field) -> Any:
+    t = str(f.type)
+    if "float" in t:
+        return _float_or_inf
+    if "int" in t:
+        return int
+    return str
+
+
+def load_toml(path: str) -> dict[str, Any]:
+    """Read a TOML config file; keys may use '-' or '_'; unknown keys are errors."""
+    p = Path(path)
+    try:
+        raw = tomllib.loads(p.read_text())
+    except FileNotFoundError:
+        raise InputError(f"{path}: no such config file") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise InputError(f"{path}: invalid TOML: {exc}") from None
+    known = {f.name: f for f in fields(TrainConfig)}
+    out: dict[str, Any] = {}
+    for key, value in raw.items():
+        name = key.replace("-", "_")
+        if name not in known:
+            raise InputError(f"{path}: unknown key '{key}'; valid keys: {', '.join(sorted(known))}")
+        if isinstance(value, str) and _field_kind(known[name]) is _float_or_inf:
+            value = _float_or_inf(value)
+        out[name] = value
+    return out
+
+
+def config_from_args(argv: list[str] | None = None, print_errors: bool = True) -> TrainConfig:
+    """Parse CLI flags (plus --config TOML) into a TrainConfig; InputError on bad values."""
+    ns = vars(build_parser(print_errors=print_errors).parse_args(argv))
+    values: dict[str, Any] = {}
+    toml_path = ns.pop("config", None)
+    if toml_path:
+        values.update(load_toml(toml_path))
+    values.update(ns)
+    return make_config(values)
+
+
+def make_config(values: "TrainConfig | dict[str, Any] | None" = None, **overrides: Any) -> TrainConfig:
+    """A TrainConfig from a config, a dict (TOML-style keys allowed) and keyword overrides."""
+    if isinstance(values, TrainConfig):
+        base = values.to_dict()
+    else:
+        base = {k.replace("-", "_"): v for k, v in (values or {}).items()}
+    base.update(overrides)
+    known = {f.name for f in fields(TrainConfig)}
+    unknown = sorted(set(base) - known)
+    if unknown:
+        raise InputError(f"unknown config key(s): {', '.join(unknown)}")
+    if isinstance(base.get("staleness"), str):
+        base["staleness"] = _float_or_inf(base["staleness"])
+    try:
+        return TrainConfig(**base)
+    except TypeError as exc:
+        raise InputError(f"bad config value: {exc}") from None

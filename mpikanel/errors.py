@@ -1,0 +1,9 @@
+"""Exceptions that mpikanel reports to users as one-line errors."""
+
+
+class InputError(ValueError):
+    """Bad user input (file, flag value, data content); the CLI prints it and exits with code 2."""
+
+
+class TrainingError(RuntimeError):
+    """Training itself failed (for example parameters became NaN/inf)."""

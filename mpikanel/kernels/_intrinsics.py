@@ -1,0 +1,59 @@
+"""Low-level numba intrinsics shared by the kernels.
+
+Note: numba's on-disk cache of a kernel is keyed on the kernel's own source file, so after editing
+this file clear mpikanel/kernels/__pycache__ (or touch the kernel modules) to force recompilation.
+"""
+
+from __future__ import annotations
+
+from llvmlite import ir
+from numba import types
+from numba.core import cgutils
+from numba.extending import intrinsic
+
+# Software prefetch distance (rows ahead) for minibatches that gather random rows of X:
+# measured on a 200k x 100 float32 shuffled epoch, 8 rows ahead took ~6 -> ~17 M samples/s.
+PREFETCH_ROWS = 8
+# Cap of cache lines prefetched per row; the hardware stream prefetcher covers the rest of long rows.
+_MAX_LINES = 16
+_LINE = 64
+
+
+@intrinsic
+def prefetch_row(typingctx, X, i):
+    """Hint the CPU to pull the first cache lines of row i of a 2-D array into cache (no fault, no effect on results)."""
+    if not (isinstance(X, types.Array) and X.ndim == 2 and isinstance(i, types.Integer)):
+        return None
+    sig = types.void(X, i)
+
+    def codegen(context, builder, signature, args):
+        aryty, ity = signature.args
+        ary = context.make_array(aryty)(context, builder, args[0])
+        row = context.cast(builder, args[1], ity, types.intp)
+        zero = context.get_constant(types.intp, 0)
+        shape = cgutils.unpack_tuple(builder, ary.shape, 2)
+        strides = cgutils.unpack_tuple(builder, ary.strides, 2)
+        ptr = cgutils.get_item_pointer2(
+            context, builder, ary.data, shape, strides, aryty.layout, [row, zero]
+        )
+        i8p = ir.IntType(8).as_pointer()
+        bptr = builder.bitcast(ptr, i8p)
+        i32 = ir.IntType(32)
+        fnty = ir.FunctionType(ir.VoidType(), [i8p, i32, i32, i32])
+        fn = cgutils.get_or_insert_function(builder.module, fnty, "llvm.prefetch.p0i8")
+        itemsize = context.get_constant(types.intp, aryty.dtype.bitwidth // 8)
+        nbytes = builder.mul(shape[1], itemsize)
+        cap = context.get_constant(types.intp, _MAX_LINES * _LINE)
+        nbytes = builder.select(builder.icmp_signed("<", nbytes, cap), nbytes, cap)
+        step = context.get_constant(types.intp, _LINE)
+        # args: address, rw=0 (read), locality=3 (keep in all levels), cache type=1 (data)
+        flags = [ir.Constant(i32, 0), ir.Constant(i32, 3), ir.Constant(i32, 1)]
+        with cgutils.for_range_slice(builder, zero, nbytes, step, inc=True) as (off, _):
+            builder.call(fn, [builder.gep(bptr, [off]), *flags])
+        # The row need not start on a line boundary: also touch its last prefetched byte.
+        last = builder.sub(nbytes, context.get_constant(types.intp, 1))
+        with builder.if_then(builder.icmp_signed(">", nbytes, zero)):
+            builder.call(fn, [builder.gep(bptr, [last]), *flags])
+        return context.get_dummy_value()
+
+    return sig, codegen

@@ -1,0 +1,78 @@
+"""The run summary: final metrics, counters and per-worker timings, as a dict and as text."""
+from __future__ import annotations
+
+import hashlib
+import platform
+from typing import Any
+
+import numpy as np
+
+from . import __version__
+
+
+def evaluate(s: Any, params: np.ndarray, losses: list[tuple[float, int, int]], workers: list[dict],
+             produced: np.ndarray, server_stats: Any, wall: float, mpi_library: str, ranks: int) -> dict:
+    """Assemble the summary on the server from the gathered shard losses and worker stats."""
+    model, c = s.model, s.plan.n_classes
+    loss_sum = sum(x[0] for x in losses)
+    n_train = sum(x[1] for x in losses)
+    correct = sum(x[2] for x in losses)
+    test_loss = test_acc = None
+    n_test = 0 if s.test is None else int(s.test.X.shape[0])
+    if n_test:
+        test_loss = float(model.loss_sum(params, s.test.X, s.test.y, c)) / n_test
+        test_acc = float((model.predict(params, s.test.X, c) == s.test.y).mean())
+    applied = params                       # parameters start at zero, so final == sum of applied deltas
+    sent_norm = float(np.linalg.norm(produced))
+    mismatch = float(np.linalg.norm(produced - applied)) / max(sent_norm, 1e-300)
+    deltas_sent = int(sum(w["pushes"] for w in workers))
+    return {
+        "sync": s.config.sync,
+        "model": model.name,
+        "workers": ranks - 1,
+        "ranks": ranks,
+        "data": s.info.description,
+        "n_train": n_train,
+        "n_test": n_test,
+        "n_features": s.info.n_features,
+        "n_classes": c,
+        "n_params": int(params.size),
+        "wall_s": wall,
+        "train_loss": loss_sum / max(n_train, 1),
+        "train_accuracy": correct / max(n_train, 1),
+        "test_loss": test_loss,
+        "test_accuracy": test_acc,
+        "deltas_sent": deltas_sent,
+        "deltas_applied": int(server_stats.deltas_applied),
+        "delta_sum_norm_sent": sent_norm,
+        "delta_sum_norm_applied": float(np.linalg.norm(applied)),
+        "delta_sum_rel_error": mismatch,
+        "params_norm": float(np.linalg.norm(params)),
+        "params_sha256": hashlib.sha256(np.ascontiguousarray(params).tobytes()).hexdigest(),
+        "pushes_per_s": deltas_sent / wall if wall > 0 else 0.0,
+        "server_busy_s": server_stats.busy_s,
+        "per_worker": workers,
+        "config": s.config.to_dict(),
+        "versions": {"mpikanel": __version__, "python": platform.python_version(),
+                     "numpy": np.__version__, "mpi": mpi_library},
+    }
+
+
+def format_summary(d: dict) -> str:
+    """Human-readable summary printed by rank 0 at the end of a run."""
+    def f(x: float | None, spec: str = ".4f") -> str:
+        return "n/a" if x is None else format(x, spec)
+
+    lines = [
+        f"mpikanel {d['versions']['mpikanel']}: {d['sync'].upper()} {d['model']} on {d['data']}, "
+        f"{d['workers']} workers",
+        f"  wall {d['wall_s']:.2f} s, {d['deltas_sent']} pushes ({d['pushes_per_s']:.0f}/s), "
+        f"deltas applied {d['deltas_applied']}",
+        f"  train loss {f(d['train_loss'])}  acc {f(d['train_accuracy'], '.2%')}   "
+        f"test loss {f(d['test_loss'])}  acc {f(d['test_accuracy'], '.2%')}",
+        "  worker  steps  compute_s  comm_s  wait_s",
+    ]
+    for w in d["per_worker"]:
+        lines.append(f"  {w['rank']:>6}  {w['steps']:>5}  {w['compute_s']:>9.2f}  {w['comm_s']:>6.2f}  "
+                     f"{w['wait_s']:>6.2f}")
+    return "\n".join(lines)

@@ -1,0 +1,235 @@
+"""Entry points: ``python -m mpikanel.train`` and the library call ``mpikanel.train(config, comm)``.
+
+Rank 0 serves the parameters; ranks 1..N-1 train. Set-up (data, model, policy) is
+validated collectively, so bad input raises the same InputError on every rank before
+training starts; any failure after that aborts the whole job with the failing rank named.
+"""
+from __future__ import annotations
+
+import json
+import sys
+import time
+import traceback
+import types
+from dataclasses import dataclass
+from typing import Any, Callable, TypeVar
+
+import numpy as np
+
+from . import __version__
+from .comm import environment
+from .config import TrainConfig, config_from_args, make_config
+from .data import DataInfo, DataSpec, Shard, describe, load_rows, load_test, shard_range
+from .errors import InputError, TrainingError
+from .kernels import Model, get_model, warmup
+from .summary import evaluate, format_summary
+from .sync import make_policy
+from .worker_loop import StepPlan, WorkerStats, run_worker
+
+T = TypeVar("T")
+
+
+@dataclass
+class Setup:
+    """What every rank agreed on before training."""
+
+    config: TrainConfig
+    info: DataInfo
+    model: Model
+    n_params: int
+    plan: StepPlan
+    shard: Shard | None        # a worker's training rows
+    test: Shard | None         # the server's test rows
+
+
+def _agree(comm, fn: Callable[[], T]) -> T:
+    """Run fn on every rank; if any rank raised InputError, raise the first on all ranks."""
+    try:
+        result, error = fn(), None
+    except InputError as exc:
+        result, error = None, str(exc)
+    errors = [e for e in comm.allgather(error) if e]
+    if errors:
+        raise InputError(errors[0])
+    return result  # type: ignore[return-value]
+
+
+def data_spec(config: TrainConfig) -> DataSpec:
+    """The data source a config names."""
+    return DataSpec(source=config.data, data_dir=config.data_dir, test_source=config.test_data,
+                    test_fraction=config.test_fraction, seed=config.seed,
+                    synthetic_rows=config.synthetic_rows, synthetic_features=config.synthetic_features,
+                    synthetic_classes=config.n_classes_hint, n_features=config.n_features)
+
+
+def _describe_checked(config: TrainConfig, n_workers: int) -> tuple[DataInfo, Model]:
+    model = get_model(config.model)
+    make_policy(config.sync, config.staleness)
+    info = describe(data_spec(config))
+    if info.n_classes < model.min_classes or (model.max_classes and info.n_classes > model.max_classes):
+        hint = " (use --model softmax)" if info.n_classes > 2 else ""
+        raise InputError(f"model {model.name} needs {model.min_classes}"
+                         f"{'' if model.max_classes == model.min_classes else '+'} classes, "
+                         f"{info.description} has {info.n_classes}{hint}")
+    if info.n_rows < n_workers:
+        raise InputError(f"{info.description} has {info.n_rows} training rows, fewer than the "
+                         f"{n_workers} workers; use fewer ranks")
+    return info, model
+
+
+def setup(config: TrainConfig, comm) -> Setup:
+    """Validate and load everything collectively; InputError on every rank if anything is wrong."""
+    size, rank = comm.Get_size(), comm.Get_rank()
+    if size < 2:
+        raise InputError("mpikanel needs at least 2 MPI ranks (1 server + workers); "
+                         "run as: mpiexec -n 4 python -m mpikanel.train")
+    n_workers = size - 1
+    described = _agree(comm, lambda: _describe_checked(config, n_workers) if rank == 0 else None)
+    info, _ = comm.bcast(described, root=0)
+    model = get_model(config.model)
+    spec = data_spec(config)
+
+    def load() -> tuple[Shard | None, Shard | None]:
+        if rank == 0:
+            return None, load_test(spec, info)
+        start, stop = shard_range(info.n_rows, n_workers, rank - 1)
+        return load_rows(spec, info, start, stop), None
+
+    shard, test = _agree(comm, load)
+    if rank == 0:
+        warmup(model)        # compile once into the cache, then the others load it
+    comm.Barrier()
+    if rank != 0:
+        warmup(model)
+    plan = StepPlan(config.epochs, config.batch_size, config.lr, config.l2, info.n_classes, config.max_steps)
+    return Setup(config, info, model, model.n_params(info.n_features, info.n_classes), plan, shard, test)
+
+
+def train(config: TrainConfig | dict | None = None, comm=None, **overrides: Any) -> dict:
+    """Train with the given config on `comm` (default COMM_WORLD, always duplicated).
+
+    Collective over `comm`: call it on every rank. Returns the run summary (the same
+    dict on every rank). Raises InputError on every rank for bad input.
+    """
+    from mpi4py import MPI
+
+    from .comm.server import ParameterServer
+    from .comm.worker import WorkerClient
+
+    config = make_config(config, **overrides)
+    comm = (comm if comm is not None else MPI.COMM_WORLD).Dup()
+    try:
+        s = setup(config, comm)
+        rank = comm.Get_rank()
+        params = np.zeros(s.n_params, dtype=np.float64)
+        comm.Barrier()
+        t0 = time.perf_counter()
+        if rank == 0:
+            total = sum(s.plan.total_steps(b - a) for a, b in
+                        (shard_range(s.info.n_rows, comm.Get_size() - 1, w) for w in range(comm.Get_size() - 1)))
+            with _progress(total, config) as on_progress:
+                server = ParameterServer(comm, params, make_policy(config.sync, config.staleness), on_progress)
+                server_stats = server.run()
+            stats = WorkerStats(rank=0, rows=0, produced=np.zeros(s.n_params))
+        else:
+            client = WorkerClient(comm, s.n_params)
+            rng = np.random.default_rng([config.seed, rank])
+            _, stats = run_worker(client, s.shard, s.model, params, s.plan, rng, rank)
+        wall = time.perf_counter() - t0
+        comm.Bcast(params, root=0)
+        return _finish(comm, s, params, stats, server_stats if rank == 0 else None, wall)
+    finally:
+        comm.Free()
+
+
+def _finish(comm, s: Setup, params: np.ndarray, stats: WorkerStats, server_stats, wall: float) -> dict:
+    """Collective end of run: train loss from the shards, test metrics, summary on every rank."""
+    from mpi4py import MPI
+
+    rank = comm.Get_rank()
+    if rank == 0:
+        shard_loss = (0.0, 0, 0)
+    else:
+        pred = s.model.predict(params, s.shard.X, s.plan.n_classes)
+        shard_loss = (float(s.model.loss_sum(params, s.shard.X, s.shard.y, s.plan.n_classes)),
+                      int(s.shard.X.shape[0]), int((pred == s.shard.y).sum()))
+    losses = comm.gather(shard_loss, root=0)
+    worker_stats = comm.gather(stats.public(), root=0)
+    produced = np.zeros_like(params) if rank == 0 else None
+    comm.Reduce(stats.produced, produced, op=MPI.SUM, root=0)
+    summary = None
+    if rank == 0:
+        summary = evaluate(s, params, losses, worker_stats[1:], produced, server_stats, wall,
+                           mpi_library=MPI.Get_library_version().splitlines()[0],
+                           ranks=comm.Get_size())
+        if s.config.summary_json:
+            with open(s.config.summary_json, "w") as fh:
+                json.dump(summary, fh, indent=2)
+        if not s.config.quiet:
+            print(format_summary(summary), flush=True)
+    return comm.bcast(summary, root=0)
+
+
+class _progress:
+    """tqdm progress on rank 0 when stderr is a terminal; a no-op otherwise."""
+
+    def __init__(self, total: int, config: TrainConfig) -> None:
+        self.bar = None
+        if not config.quiet and sys.stderr.isatty():
+            from tqdm import tqdm
+            self.bar = tqdm(total=total, unit="push", desc=f"{config.sync} {config.model}",
+                            mininterval=0.5, file=sys.stderr)
+        self.last = 0
+
+    def __enter__(self) -> Callable[[int], None] | None:
+        return self.update if self.bar is not None else None
+
+    def update(self, done: int) -> None:
+        self.bar.update(done - self.last)
+        self.last = done
+
+    def __exit__(self, *exc: object) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
+def main(argv: list[str] | None = None) -> int:
+    """CLI: parse flags, train, print the summary; 2 on bad input, MPI Abort on failure."""
+    environment.prepare_environment()
+    guessed_rank = environment.env_rank()
+    try:
+        config = config_from_args(argv, print_errors=guessed_rank == 0)
+    except InputError as exc:
+        if guessed_rank == 0:
+            print(f"mpikanel: error: {exc}", file=sys.stderr)
+        return 2
+    from mpi4py import MPI
+
+    world = MPI.COMM_WORLD
+    try:
+        train(config, world)
+    except InputError as exc:   # raised identically on every rank during set-up
+        if world.Get_rank() == 0:
+            print(f"mpikanel: error: {exc}", file=sys.stderr, flush=True)
+        return 2
+    except BaseException as exc:  # noqa: BLE001 - any failure must end the whole job
+        rank = world.Get_rank()
+        # expected failures get one line; anything else is a bug and keeps its traceback
+        detail = "" if isinstance(exc, TrainingError) else "".join(traceback.format_exception(exc))
+        print(f"{detail}mpikanel: rank {rank} failed: {type(exc).__name__}: {exc}; aborting all ranks",
+              file=sys.stderr, flush=True)
+        world.Abort(1)
+    return 0
+
+
+class _CallableModule(types.ModuleType):
+    """Lets ``mpikanel.train(config)`` work although ``mpikanel.train`` is also this module."""
+
+    def __call__(self, config: TrainConfig | dict | None = None, comm=None, **overrides: Any) -> dict:
+        return train(config, comm, **overrides)
+
+
+sys.modules[__name__].__class__ = _CallableModule
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,44 @@
+"""Run `python -m mpikanel.train` under mpiexec as a subprocess with a timeout (a hang fails)."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+
+def mpiexec() -> str:
+    """The launcher next to this Python (the MPICH wheel's), else the one on PATH."""
+    here = Path(sys.executable).parent / "mpiexec"
+    found = str(here) if here.exists() else shutil.which("mpiexec")
+    if not found:
+        pytest.skip("no mpiexec: install the project with its [test] extra (PyPI mpich wheel)")
+    return found
+
+
+def clean_env(**extra: str) -> dict[str, str]:
+    """Environment for child runs: no inherited MPI rank variables, one thread per rank."""
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("PMI_", "PMIX_", "OMPI_", "MPIR_CVAR", "HYDRA_"))}
+    env.update(extra)
+    return env
+
+
+def run_train(n: int, *args: str, tmp_path: Path | None = None, timeout: float = 240,
+              env: dict[str, str] | None = None) -> tuple[subprocess.CompletedProcess, dict | None]:
+    """Launch n ranks; returns the process and the summary JSON (None if not written)."""
+    summary = None
+    cmd = [mpiexec(), "-n", str(n), sys.executable, "-m", "mpikanel.train", "--quiet", *args]
+    if tmp_path is not None:
+        summary = tmp_path / f"summary-{os.getpid()}-{len(list(tmp_path.iterdir()))}.json"
+        cmd += ["--summary-json", str(summary)]
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env or clean_env())
+    except subprocess.TimeoutExpired as exc:
+        pytest.fail(f"deadlock or hang: {' '.join(cmd)} did not finish in {timeout}s\n{exc.stderr}")
+    data = json.loads(summary.read_text()) if summary is not None and summary.exists() else None
+    return proc, data

@@ -1,0 +1,340 @@
+"""Tests for mpikanel.data."""
+
+import os
+
+import h5py
+import numpy as np
+import pytest
+
+from mpikanel.data import DataInfo, DataSpec, Shard, describe, load_rows, load_test, shard_range
+from mpikanel.errors import InputError
+
+FASHION_DIR = "/usr/share/datasets/fashion-mnist"
+
+
+def _small_synth(**kw) -> DataSpec:
+    return DataSpec(synthetic_rows=10_000, synthetic_features=12, synthetic_classes=4, **kw)
+
+
+def _write(path, text: str) -> str:
+    path.write_text(text)
+    return str(path)
+
+
+# --- synthetic -----------------------------------------------------------------------------
+
+
+def test_synthetic_describe_and_types():
+    spec = _small_synth()
+    info = describe(spec)
+    assert info == DataInfo(9000, 12, 4, "synthetic 10000x12, 4 classes", (0, 1, 2, 3))
+    shard = load_rows(spec, info, 0, 100)
+    assert isinstance(shard, Shard)
+    assert shard.X.dtype == np.float32 and shard.X.flags.c_contiguous
+    assert shard.X.shape == (100, 12)
+    assert shard.y.dtype == np.int32 and shard.y.shape == (100,)
+
+
+def test_synthetic_deterministic_and_range_equals_slice():
+    spec = _small_synth(seed=3)
+    info = describe(spec)
+    full = load_rows(spec, info, 0, info.n_rows)
+    again = load_rows(spec, info, 0, info.n_rows)
+    np.testing.assert_array_equal(full.X, again.X)
+    np.testing.assert_array_equal(full.y, again.y)
+    for start, stop in [(0, 1), (4000, 4200), (4095, 8193), (8999, 9000), (17, 17)]:
+        part = load_rows(spec, info, start, stop)
+        np.testing.assert_array_equal(part.X, full.X[start:stop])
+        np.testing.assert_array_equal(part.y, full.y[start:stop])
+    other = load_rows(_small_synth(seed=4), info, 0, 100)
+    assert not np.array_equal(other.X, full.X[:100])
+
+
+def test_synthetic_test_is_tail_of_same_generator():
+    spec = _small_synth()
+    info = describe(spec)
+    everything = load_rows(spec, describe(_small_synth(test_fraction=0.0)), 0, 10_000)
+    test = load_test(spec, info)
+    assert test.X.shape == (1000, 12)
+    np.testing.assert_array_equal(test.X, everything.X[9000:])
+    np.testing.assert_array_equal(test.y, everything.y[9000:])
+
+
+@pytest.mark.parametrize("classes", [2, 10])
+def test_synthetic_is_learnable_but_noisy(classes):
+    spec = DataSpec(synthetic_rows=20_000, synthetic_features=20, synthetic_classes=classes)
+    info = describe(spec)
+    train, test = load_rows(spec, info, 0, info.n_rows), load_test(spec, info)
+    assert set(np.unique(train.y)) == set(range(classes))
+    w = np.linalg.lstsq(train.X, np.eye(classes)[train.y], rcond=None)[0]
+    acc = np.mean(np.argmax(test.X @ w, axis=1) == test.y)
+    assert 0.7 < acc < 0.97
+
+
+def test_test_fraction_zero_gives_empty_test_and_bad_fraction_rejected():
+    spec = _small_synth(test_fraction=0.0)
+    info = describe(spec)
+    assert info.n_rows == 10_000
+    test = load_test(spec, info)
+    assert test.X.shape == (0, 12) and test.y.shape == (0,)
+    with pytest.raises(InputError, match="test fraction"):
+        describe(_small_synth(test_fraction=1.0))
+
+
+def test_load_rows_checks_range():
+    spec = _small_synth()
+    info = describe(spec)
+    for start, stop in [(-1, 5), (5, 4), (0, 9001)]:
+        with pytest.raises(InputError, match="row range"):
+            load_rows(spec, info, start, stop)
+
+
+# --- shard_range ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("n_rows,n_parts", [(10, 3), (7, 7), (3, 5), (100_000, 6), (0, 2)])
+def test_shard_range_balanced_and_covering(n_rows, n_parts):
+    ranges = [shard_range(n_rows, n_parts, p) for p in range(n_parts)]
+    assert ranges[0][0] == 0 and ranges[-1][1] == n_rows
+    assert all(a[1] == b[0] for a, b in zip(ranges, ranges[1:]))
+    sizes = [stop - start for start, stop in ranges]
+    assert max(sizes) - min(sizes) <= 1
+
+
+def test_shard_range_rejects_bad_part():
+    with pytest.raises(InputError):
+        shard_range(10, 2, 2)
+
+
+# --- npz / h5 ------------------------------------------------------------------------------
+
+
+def _dense_data(rows=50, features=7, seed=0):
+    rng = np.random.default_rng(seed)
+    X = rng.standard_normal((rows, features))
+    y = rng.integers(0, 3, rows) * 2 + 1  # labels 1, 3, 5
+    y[:3] = [1, 3, 5]
+    return X, y
+
+
+@pytest.mark.parametrize("save", [np.savez, np.savez_compressed])
+@pytest.mark.parametrize("order", ["C", "F"])
+def test_npz_row_range_equals_full_load(tmp_path, save, order):
+    X, y = _dense_data()
+    path = str(tmp_path / "d.npz")
+    save(path, X=np.asarray(X, order=order), y=y)
+    spec = DataSpec(source=path, test_fraction=0.2)
+    info = describe(spec)
+    assert (info.n_rows, info.n_features, info.n_classes) == (40, 7, 3)
+    assert info.label_values == (1, 3, 5)
+    full = load_rows(spec, info, 0, 40)
+    np.testing.assert_array_equal(full.X, X[:40].astype(np.float32))
+    np.testing.assert_array_equal(full.y, (y[:40] - 1) // 2)
+    part = load_rows(spec, info, 13, 29)
+    np.testing.assert_array_equal(part.X, full.X[13:29])
+    np.testing.assert_array_equal(part.y, full.y[13:29])
+    test = load_test(spec, info)
+    np.testing.assert_array_equal(test.X, X[40:].astype(np.float32))
+
+
+def test_npz_missing_array_lists_present(tmp_path):
+    path = str(tmp_path / "d.npz")
+    np.savez(path, features=np.zeros((3, 2)), y=np.zeros(3))
+    with pytest.raises(InputError, match=r"missing array\(s\) X; arrays present: features, y"):
+        describe(DataSpec(source=path))
+
+
+def test_npz_shape_errors(tmp_path):
+    path = str(tmp_path / "d.npz")
+    np.savez(path, X=np.zeros(5), y=np.zeros(5))
+    with pytest.raises(InputError, match="X must be 2-D"):
+        describe(DataSpec(source=path))
+    np.savez(path, X=np.zeros((5, 2)), y=np.zeros(4))
+    with pytest.raises(InputError, match="y has 4 labels but X has 5 rows"):
+        describe(DataSpec(source=path))
+    np.savez(path, X=np.zeros((0, 2)), y=np.zeros(0))
+    with pytest.raises(InputError, match="empty"):
+        describe(DataSpec(source=path))
+
+
+@pytest.mark.parametrize("suffix", [".h5", ".hdf5"])
+def test_h5_row_range_equals_full_load(tmp_path, suffix):
+    X, y = _dense_data()
+    path = str(tmp_path / ("d" + suffix))
+    with h5py.File(path, "w") as f:
+        f["X"] = X.astype(np.float32)
+        f["y"] = y
+    spec = DataSpec(source=path, test_fraction=0.0)
+    info = describe(spec)
+    assert (info.n_rows, info.n_features, info.label_values) == (50, 7, (1, 3, 5))
+    full = load_rows(spec, info, 0, 50)
+    np.testing.assert_array_equal(full.X, X.astype(np.float32))
+    part = load_rows(spec, info, 20, 31)
+    np.testing.assert_array_equal(part.X, full.X[20:31])
+    np.testing.assert_array_equal(part.y, full.y[20:31])
+
+
+def test_h5_missing_dataset(tmp_path):
+    path = str(tmp_path / "d.h5")
+    with h5py.File(path, "w") as f:
+        f["X"] = np.zeros((3, 2))
+    with pytest.raises(InputError, match=r"missing dataset\(s\) y; present: X"):
+        describe(DataSpec(source=path))
+
+
+# --- libsvm --------------------------------------------------------------------------------
+
+
+def test_libsvm_one_based_comments_qid_binary(tmp_path):
+    path = _write(
+        tmp_path / "a.txt",
+        "# header comment\n"
+        "+1 qid:3 1:0.5 3:2   # trailing comment\n"
+        "\n"
+        "-1 2:-1.5\n"
+        "+1 4:1e-1 1:1\n",
+    )
+    spec = DataSpec(source=path, test_fraction=0.0)
+    info = describe(spec)
+    assert (info.n_rows, info.n_features, info.n_classes, info.label_values) == (3, 4, 2, (-1, 1))
+    shard = load_rows(spec, info, 0, 3)
+    expected = np.array([[0.5, 0, 2, 0], [0, -1.5, 0, 0], [1, 0, 0, 0.1]], dtype=np.float32)
+    np.testing.assert_array_equal(shard.X, expected)
+    np.testing.assert_array_equal(shard.y, [1, 0, 1])
+    np.testing.assert_array_equal(load_rows(spec, info, 1, 3).X, expected[1:])
+
+
+def test_libsvm_zero_based_applies_to_test_file(tmp_path):
+    train = _write(tmp_path / "tr.svm", "1 0:1 2:3\n2 1:4\n3 0:5\n")
+    test = _write(tmp_path / "te.svm", "2 1:7\n")  # no index 0 here, still 0-based
+    spec = DataSpec(source=train, test_source=test)
+    info = describe(spec)
+    assert (info.n_rows, info.n_features, info.label_values) == (3, 3, (1, 2, 3))
+    np.testing.assert_array_equal(load_rows(spec, info, 0, 1).X, [[1, 0, 3]])
+    shard = load_test(spec, info)
+    np.testing.assert_array_equal(shard.X, [[0, 7, 0]])
+    np.testing.assert_array_equal(shard.y, [1])
+
+
+def test_libsvm_n_features_override(tmp_path):
+    path = _write(tmp_path / "a.svm", "0 1:1\n1 2:1\n")
+    info = describe(DataSpec(source=path, test_fraction=0.0, n_features=5))
+    assert info.n_features == 5
+    with pytest.raises(InputError, match=r"a\.svm:2: feature index 2 exceeds n_features=1"):
+        describe(DataSpec(source=path, n_features=1))
+
+
+@pytest.mark.parametrize(
+    "line,what",
+    [
+        ("1 3:x", "bad feature value"),
+        ("abc 1:2", "bad label"),
+        ("1 3", "expected index:value"),
+        ("1 -2:1", "negative feature index"),
+        ("1 q:1", "bad feature index"),
+    ],
+)
+def test_libsvm_malformed_line_names_file_and_line(tmp_path, line, what):
+    path = _write(tmp_path / "bad.svm", f"# c\n1 1:1\n{line}\n")
+    with pytest.raises(InputError, match=rf"bad\.svm:3: {what}"):
+        describe(DataSpec(source=path))
+
+
+def test_libsvm_nan_names_row_and_line(tmp_path):
+    path = _write(tmp_path / "n.svm", "1 1:1\n\n0 1:nan\n")
+    spec = DataSpec(source=path, test_fraction=0.0)
+    info = describe(spec)
+    with pytest.raises(InputError, match=r"n\.svm: non-finite .* row 1 \(line 3\)"):
+        load_rows(spec, info, 0, 2)
+
+
+# --- validation ----------------------------------------------------------------------------
+
+
+def test_nan_in_features_names_global_row(tmp_path):
+    X, y = _dense_data()
+    X[23, 4] = np.inf
+    path = str(tmp_path / "d.npz")
+    np.savez(path, X=X, y=y)
+    spec = DataSpec(source=path)
+    info = describe(spec)
+    load_rows(spec, info, 0, 23)
+    bad_row = r"d\.npz: non-finite feature value \(NaN/inf\) at row 23$"
+    with pytest.raises(InputError, match=bad_row):
+        load_rows(spec, info, 20, 30)
+
+
+def test_non_integer_label(tmp_path):
+    X, _ = _dense_data(rows=20)
+    y = np.zeros(20)
+    y[17] = 0.5
+    path = str(tmp_path / "d.npz")
+    np.savez(path, X=X, y=y)
+    with pytest.raises(InputError, match="y has non-integer label 0.5 at row 17"):
+        describe(DataSpec(source=path))
+
+
+def test_test_label_unseen_in_train(tmp_path):
+    train = _write(tmp_path / "tr.svm", "1 1:1\n2 2:1\n")
+    test = _write(tmp_path / "te.svm", "1 1:1\n7 2:1\n")
+    spec = DataSpec(source=train, test_source=test)
+    info = describe(spec)
+    with pytest.raises(InputError, match=r"te\.svm: label 7 at row 1 \(line 2\) does not occur"):
+        load_test(spec, info)
+
+
+def test_feature_mismatch(tmp_path):
+    X, y = _dense_data()
+    train, test = str(tmp_path / "tr.npz"), str(tmp_path / "te.h5")
+    np.savez(train, X=X, y=y)
+    with h5py.File(test, "w") as f:
+        f["X"] = X[:, :5]
+        f["y"] = y
+    spec = DataSpec(source=train, test_source=test)
+    info = describe(spec)
+    expected = rf"feature-count mismatch: train has 7 features, test \({test}\) has 5"
+    with pytest.raises(InputError, match=expected):
+        load_test(spec, info)
+    svm = _write(tmp_path / "te.svm", "1 9:1\n")
+    with pytest.raises(InputError, match=r"mismatch: train has 7 features, test .* has 9"):
+        load_test(DataSpec(source=train, test_source=svm), info)
+
+
+def test_missing_file(tmp_path):
+    path = str(tmp_path / "nope.npz")
+    with pytest.raises(InputError, match=f"^{path}: no such file$"):
+        describe(DataSpec(source=path))
+    with pytest.raises(InputError, match=f"^{path}: no such file$"):
+        describe(DataSpec(test_source=path))
+
+
+def test_missing_fashion_dir(tmp_path):
+    with pytest.raises(InputError, match="apt-get install dataset-fashion-mnist.*--data-dir"):
+        describe(DataSpec(source="fashion-mnist", data_dir=str(tmp_path)))
+
+
+def test_bad_idx_magic(tmp_path):
+    for name in ("train-images-idx3-ubyte", "train-labels-idx1-ubyte"):
+        (tmp_path / name).write_bytes(b"\x00\x00\x09\x03" + bytes(16))
+    with pytest.raises(InputError, match="bad magic number"):
+        describe(DataSpec(source="fashion-mnist", data_dir=str(tmp_path)))
+
+
+# --- fashion-mnist -------------------------------------------------------------------------
+
+
+@pytest.mark.skipif(
+    not os.path.isdir(FASHION_DIR),
+    reason=f"{FASHION_DIR} absent (apt-get install dataset-fashion-mnist)",
+)
+def test_fashion_mnist_small_ranges():
+    spec = DataSpec(source="fashion-mnist")
+    info = describe(spec)
+    assert (info.n_rows, info.n_features, info.n_classes) == (60000, 784, 10)
+    assert info.label_values == tuple(range(10))
+    shard = load_rows(spec, info, 59_990, 60_000)
+    assert shard.X.shape == (10, 784) and shard.X.dtype == np.float32
+    assert 0.0 <= shard.X.min() and shard.X.max() <= 1.0
+    assert shard.y.dtype == np.int32 and shard.y.max() <= 9
+    test = load_test(spec, info)
+    assert test.X.shape == (10000, 784) and test.y.shape == (10000,)
