@@ -36,6 +36,15 @@ class TrainConfig:
     batch_size: int = 64
     l2: float = 1e-4
     seed: int = 0
+    slowdown: str | None = None
+    pause_prob: float = 0.0
+    pause_s: float = 0.0
+    link_delay: str | None = None
+    link_bandwidth: str | None = None
+    metrics: str | None = None
+    snapshot_interval: float = 0.25
+    target_loss: float | None = None
+    scenario: str | None = None
     summary_json: str | None = None
     quiet: bool = False
 
@@ -83,6 +92,8 @@ def _validate(c: TrainConfig) -> None:
         raise InputError(f"--l2 must be a finite number >= 0, got {c.l2}")
     if not math.isfinite(c.lr):
         raise InputError(f"--lr must be finite, got {c.lr}")
+    if not c.snapshot_interval > 0:
+        raise InputError(f"--snapshot-interval must be > 0, got {c.snapshot_interval}")
     for name in ("max_steps", "n_features", "synthetic_classes"):
         value = getattr(c, name)
         if value is not None and value < 1:
@@ -111,6 +122,16 @@ _HELP = {
     "batch_size": "minibatch rows per SGD step",
     "l2": "L2 regularization strength",
     "seed": "seed for data order and synthetic data",
+    "slowdown": "straggler injection: RANK:FACTOR[,RANK:FACTOR] (worker RANK takes FACTOR x its "
+                "compute time per step) or lognormal:SIGMA (seeded factor per worker)",
+    "pause_prob": "per-step probability of a transient pause on each worker",
+    "pause_s": "duration in seconds of a transient pause",
+    "link_delay": "slow link: RANK:SECONDS[,...] added to each message to the server ('*' = all workers)",
+    "link_bandwidth": "slow link: RANK:BYTES_PER_S[,...] bandwidth cap of messages to the server",
+    "metrics": "write the metrics file (HDF5: loss-vs-time curve, per-worker timings) to this path",
+    "snapshot_interval": "seconds between parameter snapshots for the loss-vs-time curve",
+    "target_loss": "report the wall time at which the test loss first reaches this value",
+    "scenario": "label stored in the metrics file and summary (default: the injected heterogeneity)",
     "summary_json": "write the run summary as JSON to this path",
     "quiet": "print nothing but errors",
 }
@@ -139,8 +160,7 @@ def build_parser(prog: str = "python -m mpikanel.train", print_errors: bool = Tr
     """The CLI parser; every option defaults to 'not given' so TOML values can fill in."""
     p = _Parser(prog=prog, description="Distributed SGD on an MPI parameter server: rank 0 serves, "
                 "ranks 1..N-1 train. Run as: mpirun -n 4 python -m mpikanel.train [options]",
-                argument_default=argparse.SUPPRESS,
-                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+                argument_default=argparse.SUPPRESS)
     p.print_errors = print_errors
     p.add_argument("--config", metavar="TOML", help="TOML file whose keys mirror these flags "
                    "(flags given on the command line win)")
@@ -148,7 +168,7 @@ def build_parser(prog: str = "python -m mpikanel.train", print_errors: bool = Tr
     for f in fields(TrainConfig):
         flag = _flag(f.name)
         default = getattr(defaults, f.name)
-        helptext = _HELP[f.name] + f" (default: {default})"
+        helptext = _HELP[f.name] + ("" if "default" in _HELP[f.name] else f" (default: {default})")
         if f.type in ("bool", bool):
             p.add_argument(flag, action="store_true", help=_HELP[f.name])
         elif f.name == "sync":

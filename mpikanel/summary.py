@@ -13,22 +13,22 @@ from . import __version__
 def evaluate(s: Any, params: np.ndarray, losses: list[tuple[float, int, int]], workers: list[dict],
              produced: np.ndarray, server_stats: Any, wall: float, mpi_library: str, ranks: int) -> dict:
     """Assemble the summary on the server from the gathered shard losses and worker stats."""
-    model, c = s.model, s.plan.n_classes
+    c = s.plan.n_classes
     loss_sum = sum(x[0] for x in losses)
     n_train = sum(x[1] for x in losses)
     correct = sum(x[2] for x in losses)
     test_loss = test_acc = None
-    n_test = 0 if s.test is None else int(s.test.X.shape[0])
+    n_test = 0 if s.test is None else s.test.rows
     if n_test:
-        test_loss = float(model.loss_sum(params, s.test.X, s.test.y, c)) / n_test
-        test_acc = float((model.predict(params, s.test.X, c) == s.test.y).mean())
+        test_loss = s.test.loss_sum(params) / n_test
+        test_acc = s.test.correct(params) / n_test
     applied = params                       # parameters start at zero, so final == sum of applied deltas
     sent_norm = float(np.linalg.norm(produced))
     mismatch = float(np.linalg.norm(produced - applied)) / max(sent_norm, 1e-300)
     deltas_sent = int(sum(w["pushes"] for w in workers))
     return {
         "sync": s.config.sync,
-        "model": model.name,
+        "model": s.model.name,
         "workers": ranks - 1,
         "ranks": ranks,
         "data": s.info.description,
@@ -58,6 +58,16 @@ def evaluate(s: Any, params: np.ndarray, losses: list[tuple[float, int, int]], w
     }
 
 
+def add_curve(summary: dict, curve: dict, target_loss: float | None) -> None:
+    """Add the loss-vs-time curve and the time to reach `target_loss` to the summary."""
+    from .metrics import time_to_target
+
+    summary["curve"] = {k: np.asarray(v).tolist() for k, v in curve.items()}
+    summary["target_loss"] = target_loss
+    summary["time_to_target_s"] = (None if target_loss is None or len(curve["time_s"]) == 0 else
+                                   time_to_target(curve["time_s"], curve["test_loss"], target_loss))
+
+
 def format_summary(d: dict) -> str:
     """Human-readable summary printed by rank 0 at the end of a run."""
     def f(x: float | None, spec: str = ".4f") -> str:
@@ -70,9 +80,13 @@ def format_summary(d: dict) -> str:
         f"deltas applied {d['deltas_applied']}",
         f"  train loss {f(d['train_loss'])}  acc {f(d['train_accuracy'], '.2%')}   "
         f"test loss {f(d['test_loss'])}  acc {f(d['test_accuracy'], '.2%')}",
-        "  worker  steps  compute_s  comm_s  wait_s",
+        "  worker  steps  compute_s  comm_s  wait_s  injected_s",
     ]
+    if d.get("target_loss") is not None:
+        reached = d.get("time_to_target_s")
+        lines.insert(3, f"  time to test loss {d['target_loss']:g}: "
+                        + ("not reached" if reached is None else f"{reached:.2f} s"))
     for w in d["per_worker"]:
         lines.append(f"  {w['rank']:>6}  {w['steps']:>5}  {w['compute_s']:>9.2f}  {w['comm_s']:>6.2f}  "
-                     f"{w['wait_s']:>6.2f}")
+                     f"{w['wait_s']:>6.2f}  {w['injected_s']:>10.2f}")
     return "\n".join(lines)

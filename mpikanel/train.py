@@ -21,8 +21,10 @@ from .comm import environment
 from .config import TrainConfig, config_from_args, make_config
 from .data import DataInfo, DataSpec, Shard, describe, load_rows, load_test, shard_range
 from .errors import InputError, TrainingError
-from .kernels import Model, get_model, warmup
-from .summary import evaluate, format_summary
+from .hetero import HeteroSpec, Injector, describe_hetero, parse_hetero
+from .kernels import BoundModel, Model, bind, get_model, warmup
+from .metrics import SnapshotRecorder, evaluate_curve, write_metrics
+from .summary import add_curve, evaluate, format_summary
 from .sync import make_policy
 from .worker_loop import StepPlan, WorkerStats, run_worker
 
@@ -38,8 +40,8 @@ class Setup:
     model: Model
     n_params: int
     plan: StepPlan
-    shard: Shard | None        # a worker's training rows
-    test: Shard | None         # the server's test rows
+    shard: BoundModel | None   # a worker's training rows, bound to the model's kernels
+    test: BoundModel | None    # the server's test rows
 
 
 def _agree(comm, fn: Callable[[], T]) -> T:
@@ -62,9 +64,16 @@ def data_spec(config: TrainConfig) -> DataSpec:
                     synthetic_classes=config.n_classes_hint, n_features=config.n_features)
 
 
+def hetero_spec(config: TrainConfig) -> HeteroSpec:
+    """The heterogeneity injection a config asks for."""
+    return HeteroSpec(slowdown=config.slowdown, pause_prob=config.pause_prob, pause_s=config.pause_s,
+                      link_delay=config.link_delay, link_bandwidth=config.link_bandwidth, seed=config.seed)
+
+
 def _describe_checked(config: TrainConfig, n_workers: int) -> tuple[DataInfo, Model]:
     model = get_model(config.model)
     make_policy(config.sync, config.staleness)
+    parse_hetero(hetero_spec(config), n_workers)
     info = describe(data_spec(config))
     if info.n_classes < model.min_classes or (model.max_classes and info.n_classes > model.max_classes):
         hint = " (use --model softmax)" if info.n_classes > 2 else ""
@@ -102,7 +111,8 @@ def setup(config: TrainConfig, comm) -> Setup:
     if rank != 0:
         warmup(model)
     plan = StepPlan(config.epochs, config.batch_size, config.lr, config.l2, info.n_classes, config.max_steps)
-    return Setup(config, info, model, model.n_params(info.n_features, info.n_classes), plan, shard, test)
+    bound = [None if d is None else bind(model, d.X, d.y, info.n_classes) for d in (shard, test)]
+    return Setup(config, info, model, model.n_params(info.n_features, info.n_classes), plan, *bound)
 
 
 def train(config: TrainConfig | dict | None = None, comm=None, **overrides: Any) -> dict:
@@ -127,22 +137,27 @@ def train(config: TrainConfig | dict | None = None, comm=None, **overrides: Any)
         if rank == 0:
             total = sum(s.plan.total_steps(b - a) for a, b in
                         (shard_range(s.info.n_rows, comm.Get_size() - 1, w) for w in range(comm.Get_size() - 1)))
+            recorder = SnapshotRecorder(config.snapshot_interval)
             with _progress(total, config) as on_progress:
-                server = ParameterServer(comm, params, make_policy(config.sync, config.staleness), on_progress)
+                server = ParameterServer(comm, params, make_policy(config.sync, config.staleness),
+                                         on_progress, recorder)
                 server_stats = server.run()
             stats = WorkerStats(rank=0, rows=0, produced=np.zeros(s.n_params))
         else:
             client = WorkerClient(comm, s.n_params)
             rng = np.random.default_rng([config.seed, rank])
-            _, stats = run_worker(client, s.shard, s.model, params, s.plan, rng, rank)
+            injector = Injector(hetero_spec(config), rank, comm.Get_size() - 1)
+            _, stats = run_worker(client, s.shard, params, s.plan, rng, rank, injector)
+            server_stats = recorder = None
         wall = time.perf_counter() - t0
         comm.Bcast(params, root=0)
-        return _finish(comm, s, params, stats, server_stats if rank == 0 else None, wall)
+        return _finish(comm, s, params, stats, server_stats, recorder, wall)
     finally:
         comm.Free()
 
 
-def _finish(comm, s: Setup, params: np.ndarray, stats: WorkerStats, server_stats, wall: float) -> dict:
+def _finish(comm, s: Setup, params: np.ndarray, stats: WorkerStats, server_stats,
+            recorder: SnapshotRecorder | None, wall: float) -> dict:
     """Collective end of run: train loss from the shards, test metrics, summary on every rank."""
     from mpi4py import MPI
 
@@ -150,9 +165,7 @@ def _finish(comm, s: Setup, params: np.ndarray, stats: WorkerStats, server_stats
     if rank == 0:
         shard_loss = (0.0, 0, 0)
     else:
-        pred = s.model.predict(params, s.shard.X, s.plan.n_classes)
-        shard_loss = (float(s.model.loss_sum(params, s.shard.X, s.shard.y, s.plan.n_classes)),
-                      int(s.shard.X.shape[0]), int((pred == s.shard.y).sum()))
+        shard_loss = (s.shard.loss_sum(params), s.shard.rows, s.shard.correct(params))
     losses = comm.gather(shard_loss, root=0)
     worker_stats = comm.gather(stats.public(), root=0)
     produced = np.zeros_like(params) if rank == 0 else None
@@ -162,12 +175,29 @@ def _finish(comm, s: Setup, params: np.ndarray, stats: WorkerStats, server_stats
         summary = evaluate(s, params, losses, worker_stats[1:], produced, server_stats, wall,
                            mpi_library=MPI.Get_library_version().splitlines()[0],
                            ranks=comm.Get_size())
+        summary["scenario"] = s.config.scenario or describe_hetero(hetero_spec(s.config))
+        curve = _curve(s, recorder)
+        add_curve(summary, curve, s.config.target_loss)
+        if s.config.metrics:
+            write_metrics(s.config.metrics, summary, curve, summary["per_worker"],
+                          {"sync": s.config.sync, "model": s.model.name, "workers": summary["workers"],
+                           "seed": s.config.seed, "scenario": summary["scenario"],
+                           "command": " ".join(sys.argv), "versions": summary["versions"]})
         if s.config.summary_json:
             with open(s.config.summary_json, "w") as fh:
                 json.dump(summary, fh, indent=2)
         if not s.config.quiet:
             print(format_summary(summary), flush=True)
     return comm.bcast(summary, root=0)
+
+
+def _curve(s: Setup, recorder: SnapshotRecorder) -> dict:
+    """Test loss/accuracy of every parameter snapshot, evaluated after training."""
+    test = s.test
+    if test is None or test.rows == 0:
+        return evaluate_curve([], lambda p: 0.0, None)
+    return evaluate_curve(recorder.snapshots, lambda p: test.loss_sum(p) / test.rows,
+                          lambda p: test.correct(p) / test.rows)
 
 
 class _progress:

@@ -11,9 +11,9 @@ from typing import Protocol
 
 import numpy as np
 
-from .data import Shard
 from .errors import TrainingError
-from .kernels import Model
+from .hetero import Injector, sleep_for
+from .kernels import BoundModel
 
 
 class Exchanger(Protocol):
@@ -36,6 +36,8 @@ class WorkerStats:
     compute_s: float = 0.0
     comm_s: float = 0.0
     wait_s: float = 0.0
+    injected_s: float = 0.0
+    slowdown: float = 1.0
     produced: np.ndarray = field(default_factory=lambda: np.zeros(0), repr=False)
 
     def public(self) -> dict:
@@ -76,18 +78,19 @@ def batches(rows: int, plan: StepPlan, rng: np.random.Generator):
         yield order[b * plan.batch_size:(b + 1) * plan.batch_size]
 
 
-def run_worker(client: Exchanger, shard: Shard, model: Model, params: np.ndarray,
-               plan: StepPlan, rng: np.random.Generator, rank: int) -> tuple[np.ndarray, WorkerStats]:
-    """Train on `shard`, pushing after every step; returns the last local parameters and stats."""
+def run_worker(client: Exchanger, data: BoundModel, params: np.ndarray, plan: StepPlan,
+               rng: np.random.Generator, rank: int, injector: Injector) -> tuple[np.ndarray, WorkerStats]:
+    """Train on the bound shard, pushing after every step; returns the last local parameters and stats."""
     local = params.copy()
     base = params.copy()
-    scratch = np.zeros(model.scratch_size(shard.X.shape[1], plan.n_classes))
-    stats = WorkerStats(rank=rank, rows=shard.X.shape[0], produced=np.zeros_like(params))
-    total = plan.total_steps(shard.X.shape[0])
+    scratch = data.scratch()
+    stats = WorkerStats(rank=rank, rows=data.rows, slowdown=injector.factor, produced=np.zeros_like(params))
+    total = plan.total_steps(data.rows)
     delta = client.delta
-    for step, idx in enumerate(batches(shard.X.shape[0], plan, rng), start=1):
+    message_bytes = 8 * delta.size
+    for step, idx in enumerate(batches(data.rows, plan, rng), start=1):
         t0 = time.perf_counter()
-        model.sgd_step(local, shard.X, shard.y, idx, plan.lr, plan.l2, plan.n_classes, scratch)
+        data.step(local, idx, plan.lr, plan.l2, scratch)
         np.subtract(local, base, out=delta)
         t1 = time.perf_counter()
         stats.compute_s += t1 - t0
@@ -95,7 +98,12 @@ def run_worker(client: Exchanger, shard: Shard, model: Model, params: np.ndarray
             raise TrainingError(f"worker rank {rank} produced non-finite parameters at step {step} "
                                 f"(learning rate {plan.lr} too high?)")
         stats.produced += delta
-        reply = client.exchange(step, 1, t1 - t0, step == total)
+        slow = injector.compute_delay(t1 - t0)
+        injected = slow + injector.link_delay(message_bytes)
+        sleep_for(injected)
+        stats.injected_s += injected
+        step_s = t1 - t0 + slow
+        reply = client.exchange(step, 1, step_s, step == total)
         stats.steps += 1
         stats.pushes += 1
         stats.wait_s += reply.held_s

@@ -29,6 +29,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                      help=f"project default environment: {HEAVY_YIELD} unset so mpikanel.comm sets it (default)")
     env.add_argument("--no-heavy-yield", dest="no_heavy_yield", action="store_true",
                      help=f"also run the mpikanel ASP case with {HEAVY_YIELD}=0 to show its effect")
+    parser.set_defaults(no_heavy_yield=False)
     parser.add_argument("--timeout", type=float, default=300.0, help="seconds allowed per launched case")
     parser.add_argument("--json", metavar="PATH", help="write results, versions and machine to PATH")
 

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import os
 import sys
+import warnings
 
 #: Defaults applied with setdefault, so a user's own setting always wins.
 MPI_ENV_DEFAULTS = {
@@ -26,6 +27,10 @@ def prepare_environment() -> dict[str, str]:
     mpi_loaded = "mpi4py.MPI" in sys.modules
     for key, value in MPI_ENV_DEFAULTS.items():
         if key.startswith("MPIR_CVAR") and mpi_loaded:
+            if key not in os.environ:
+                warnings.warn(f"mpi4py.MPI was imported before mpikanel: {key}={value} cannot take "
+                              "effect; set it in the environment or import mpikanel first "
+                              "(idle ranks will spin on oversubscribed nodes)", RuntimeWarning, stacklevel=3)
             continue
         os.environ.setdefault(key, value)
     return {k: os.environ.get(k, "") for k in MPI_ENV_DEFAULTS}

@@ -8,6 +8,7 @@ from typing import Callable
 import numpy as np
 from mpi4py import MPI
 
+from ..metrics import SnapshotRecorder
 from ..sync import Book, SyncPolicy
 from .protocol import Flag, Frame, H, M, Tag
 
@@ -32,7 +33,8 @@ class ParameterServer:
     """
 
     def __init__(self, comm: MPI.Comm, params: np.ndarray, policy: SyncPolicy,
-                 on_progress: Callable[[int], None] | None = None) -> None:
+                 on_progress: Callable[[int], None] | None = None,
+                 recorder: SnapshotRecorder | None = None) -> None:
         self.comm = comm
         self.params = params
         self.policy = policy
@@ -46,6 +48,7 @@ class ParameterServer:
         self._send: list[MPI.Request] = [MPI.REQUEST_NULL] * self.n_workers
         self._pending_delta = np.zeros(self.n_workers, dtype=bool)
         self.on_progress = on_progress
+        self.recorder = recorder
         self.stats = ServerStats(pushes=np.zeros(self.n_workers, dtype=np.int64),
                                  held_s=np.zeros(self.n_workers))
 
@@ -53,6 +56,8 @@ class ParameterServer:
         """Serve until every worker has sent its last push."""
         t_start = time.perf_counter()
         MPI.Prequest.Startall(self._recv)
+        if self.recorder is not None:
+            self.recorder.maybe_snapshot(0.0, self.params, 0)
         total = 0
         while not self.book.finished:
             done = MPI.Request.Waitsome(self._recv)
@@ -64,11 +69,17 @@ class ParameterServer:
                 self._on_push(w, t0)
             total += len(done)
             self._release(len(done))
+            if self.recorder is not None:
+                self.recorder.maybe_snapshot(t0 - t_start, self.params, self.book.version)
             self.stats.busy_s += time.perf_counter() - t0
             if self.on_progress is not None:
                 self.on_progress(total)
         MPI.Request.Waitall(self._send)
+        for req in self._recv:          # all inactive now: every worker's last push was answered
+            req.Free()
         self.stats.wall_s = time.perf_counter() - t_start
+        if self.recorder is not None:
+            self.recorder.final(self.stats.wall_s, self.params, self.book.version)
         return self.stats
 
     def _on_push(self, w: int, now: float) -> None:

@@ -10,9 +10,9 @@ import numpy as np
 
 from ..errors import InputError
 from . import logistic, softmax
-from .base import Model, l2_penalty
+from .base import BoundModel, Model, bind, l2_penalty
 
-__all__ = ["KERNELS", "Model", "get_model", "l2_penalty", "warmup"]
+__all__ = ["KERNELS", "BoundModel", "Model", "bind", "get_model", "l2_penalty", "warmup"]
 
 KERNELS: dict[str, Model] = {m.name: m for m in (logistic.MODEL, softmax.MODEL)}
 

@@ -49,3 +49,42 @@ def l2_penalty(w: np.ndarray, n_features: int, n_classes: int, l2: float) -> flo
     n_w = linear_n_weights(int(w.shape[0]), n_features)
     head = np.asarray(w[:n_w], dtype=np.float64)
     return 0.5 * float(l2) * float(np.dot(head, head))
+
+
+@dataclass(frozen=True)
+class BoundModel:
+    """A model bound to one block of data: the calls the training loop and evaluation make.
+
+    Dense float32 rows today; a CSR variant binds the model's CSR kernels behind the same calls.
+    """
+
+    model: Model
+    X: np.ndarray
+    y: np.ndarray
+    n_classes: int
+
+    @property
+    def rows(self) -> int:
+        """Number of rows bound."""
+        return int(self.X.shape[0])
+
+    def scratch(self) -> np.ndarray:
+        """A fresh scratch buffer for step()."""
+        return np.zeros(self.model.scratch_size(self.X.shape[1], self.n_classes))
+
+    def step(self, w: np.ndarray, idx: np.ndarray, lr: float, l2: float, scratch: np.ndarray) -> None:
+        """One minibatch SGD step on rows idx, updating w in place."""
+        self.model.sgd_step(w, self.X, self.y, idx, lr, l2, self.n_classes, scratch)
+
+    def loss_sum(self, w: np.ndarray) -> float:
+        """Sum of per-row losses (no L2 term)."""
+        return float(self.model.loss_sum(w, self.X, self.y, self.n_classes)) if self.rows else 0.0
+
+    def correct(self, w: np.ndarray) -> int:
+        """Number of rows predicted right."""
+        return int((self.model.predict(w, self.X, self.n_classes) == self.y).sum()) if self.rows else 0
+
+
+def bind(model: Model, X: np.ndarray, y: np.ndarray, n_classes: int) -> BoundModel:
+    """Bind a model's kernels to data."""
+    return BoundModel(model, X, y, int(n_classes))
