@@ -22,6 +22,8 @@ class TrainConfig:
     sync: str = "bsp"
     staleness: float = 3.0
     model: str = "softmax"
+    hidden: int = 64
+    activation: str = "relu"
     data: str = "synthetic"
     data_dir: str | None = None
     test_data: str | None = None
@@ -36,6 +38,12 @@ class TrainConfig:
     batch_size: int = 64
     l2: float = 1e-4
     seed: int = 0
+    esp_rho: float = 1.0
+    esp_max_skip: int = 8
+    esp_busy_max: int | None = None
+    esp_scale: str = "none"
+    psp_k_max: int = 8
+    psp_aggregate: str = "sum"
     slowdown: str | None = None
     pause_prob: float = 0.0
     pause_s: float = 0.0
@@ -92,8 +100,22 @@ def _validate(c: TrainConfig) -> None:
         raise InputError(f"--l2 must be a finite number >= 0, got {c.l2}")
     if not math.isfinite(c.lr):
         raise InputError(f"--lr must be finite, got {c.lr}")
+    if not c.esp_rho > 0:
+        raise InputError(f"--esp-rho must be > 0, got {c.esp_rho}")
+    if c.esp_max_skip < 0 or (c.esp_busy_max is not None and c.esp_busy_max < 0):
+        raise InputError("--esp-max-skip and --esp-busy-max must be >= 0")
+    if c.esp_scale not in ("none", "inverse"):
+        raise InputError(f"--esp-scale must be none or inverse, got '{c.esp_scale}'")
+    if c.psp_k_max < 1:
+        raise InputError(f"--psp-k-max must be >= 1, got {c.psp_k_max}")
+    if c.psp_aggregate not in ("sum", "normalized"):
+        raise InputError(f"--psp-aggregate must be sum or normalized, got '{c.psp_aggregate}'")
     if not c.snapshot_interval > 0:
         raise InputError(f"--snapshot-interval must be > 0, got {c.snapshot_interval}")
+    if c.hidden < 1:
+        raise InputError(f"--hidden must be >= 1, got {c.hidden}")
+    if c.activation not in ("relu", "tanh"):
+        raise InputError(f"--activation must be relu or tanh, got '{c.activation}'")
     for name in ("max_steps", "n_features", "synthetic_classes"):
         value = getattr(c, name)
         if value is not None and value < 1:
@@ -105,9 +127,12 @@ def _flag(name: str) -> str:
 
 
 _HELP = {
-    "sync": "synchronization model (esp/psp: later releases)",
+    "sync": "synchronization model",
     "staleness": "SSP staleness bound s (0 = BSP, inf = ASP)",
-    "model": "model to train: logistic (binary) or softmax (multiclass)",
+    "model": "model to train: logistic (binary), softmax, svm (one-vs-rest hinge), lsq (one-vs-rest "
+             "ridge on one-hot targets), mlp (one hidden layer), or a name given to register_model",
+    "hidden": "mlp: hidden units",
+    "activation": "mlp: hidden activation, relu or tanh",
     "data": "synthetic | fashion-mnist | PATH (.npz or .h5 with X and y; else libsvm text)",
     "data_dir": "directory of the Fashion-MNIST IDX files (default: Debian's dataset-fashion-mnist)",
     "test_data": "separate test set (same forms as --data)",
@@ -122,6 +147,13 @@ _HELP = {
     "batch_size": "minibatch rows per SGD step",
     "l2": "L2 regularization strength",
     "seed": "seed for data order and synthetic data",
+    "esp_rho": "ESP: communicate when the measured exchange time <= RHO x the compute it carries",
+    "esp_max_skip": "ESP: at most this many consecutive skipped exchanges, then a blocking sync",
+    "esp_busy_max": "ESP: skip while the server reports more queued pushes than this "
+                    "(default: half the workers, at least 2)",
+    "esp_scale": "ESP: scale a stale delta on the server: none, or inverse = 1/(1+staleness)",
+    "psp_k_max": "PSP: most local steps a worker is planned per round, and most it trains while waiting",
+    "psp_aggregate": "PSP: add the round's deltas as they are (sum) or each divided by its steps (normalized)",
     "slowdown": "straggler injection: RANK:FACTOR[,RANK:FACTOR] (worker RANK takes FACTOR x its "
                 "compute time per step) or lognormal:SIGMA (seeded factor per worker)",
     "pause_prob": "per-step probability of a transient pause on each worker",
@@ -173,8 +205,15 @@ def build_parser(prog: str = "python -m mpikanel.train", print_errors: bool = Tr
             p.add_argument(flag, action="store_true", help=_HELP[f.name])
         elif f.name == "sync":
             p.add_argument(flag, choices=SYNC_MODELS, help=helptext)
+        elif f.name == "esp_scale":
+            p.add_argument(flag, choices=("none", "inverse"), help=helptext)
+        elif f.name == "psp_aggregate":
+            p.add_argument(flag, choices=("sum", "normalized"), help=helptext)
         elif f.name == "model":
-            p.add_argument(flag, choices=("logistic", "softmax"), help=helptext)
+            from .kernels import KERNELS  # registry at parse time: user models registered before count
+            p.add_argument(flag, choices=tuple(KERNELS), help=helptext)
+        elif f.name == "activation":
+            p.add_argument(flag, choices=("relu", "tanh"), help=helptext)
         else:
             kind = _field_kind(f)
             p.add_argument(flag, type=kind, metavar=f.name.upper(), help=helptext)

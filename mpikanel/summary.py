@@ -10,8 +10,9 @@ import numpy as np
 from . import __version__
 
 
-def evaluate(s: Any, params: np.ndarray, losses: list[tuple[float, int, int]], workers: list[dict],
-             produced: np.ndarray, server_stats: Any, wall: float, mpi_library: str, ranks: int) -> dict:
+def evaluate(s: Any, params: np.ndarray, initial: np.ndarray, losses: list[tuple[float, int, int]],
+             workers: list[dict], produced: np.ndarray, server_stats: Any, wall: float,
+             mpi_library: str, ranks: int) -> dict:
     """Assemble the summary on the server from the gathered shard losses and worker stats."""
     c = s.plan.n_classes
     loss_sum = sum(x[0] for x in losses)
@@ -22,9 +23,14 @@ def evaluate(s: Any, params: np.ndarray, losses: list[tuple[float, int, int]], w
     if n_test:
         test_loss = s.test.loss_sum(params) / n_test
         test_acc = s.test.correct(params) / n_test
-    applied = params                       # parameters start at zero, so final == sum of applied deltas
+    applied = params - initial             # sum of every delta added to the parameters
+    received = applied if server_stats.unapplied is None else applied + server_stats.unapplied
     sent_norm = float(np.linalg.norm(produced))
-    mismatch = float(np.linalg.norm(produced - applied)) / max(sent_norm, 1e-300)
+    mismatch = float(np.linalg.norm(produced - received)) / max(sent_norm, 1e-300)
+    for i, w in enumerate(workers):
+        n = max(int(server_stats.pushes[i]), 1)
+        w["staleness_mean"] = float(server_stats.staleness_sum[i]) / n
+        w["staleness_max"] = int(server_stats.staleness_max[i])
     deltas_sent = int(sum(w["pushes"] for w in workers))
     return {
         "sync": s.config.sync,
@@ -45,7 +51,7 @@ def evaluate(s: Any, params: np.ndarray, losses: list[tuple[float, int, int]], w
         "deltas_sent": deltas_sent,
         "deltas_applied": int(server_stats.deltas_applied),
         "delta_sum_norm_sent": sent_norm,
-        "delta_sum_norm_applied": float(np.linalg.norm(applied)),
+        "delta_sum_norm_applied": float(np.linalg.norm(received)),
         "delta_sum_rel_error": mismatch,
         "params_norm": float(np.linalg.norm(params)),
         "params_sha256": hashlib.sha256(np.ascontiguousarray(params).tobytes()).hexdigest(),

@@ -14,7 +14,7 @@ import numpy as np
 from .errors import InputError
 
 SYNC_MODELS = ("bsp", "asp", "ssp", "esp", "psp")
-AVAILABLE_SYNC_MODELS = ("bsp", "asp", "ssp")
+AVAILABLE_SYNC_MODELS = SYNC_MODELS
 
 
 @dataclass
@@ -28,6 +28,8 @@ class Book:
     last_push: np.ndarray = field(init=False)   # the waiting push is the worker's last
     step_s: np.ndarray = field(init=False)      # latest reported compute seconds per step
     arrived_at: np.ndarray = field(init=False)  # server time the waiting push arrived
+    base_version: np.ndarray = field(init=False)  # version the waiting push's delta was computed on
+    steps: np.ndarray = field(init=False)       # local steps folded into the waiting push
     version: int = 0                            # pushes applied to the global parameters
 
     def __post_init__(self) -> None:
@@ -38,8 +40,11 @@ class Book:
         self.last_push = np.zeros(n, dtype=bool)
         self.step_s = np.zeros(n, dtype=np.float64)
         self.arrived_at = np.zeros(n, dtype=np.float64)
+        self.base_version = np.zeros(n, dtype=np.int64)
+        self.steps = np.zeros(n, dtype=np.int64)
 
-    def record_push(self, w: int, clock: int, last: bool, step_s: float, now: float) -> None:
+    def record_push(self, w: int, clock: int, last: bool, step_s: float, now: float,
+                    base_version: int = 0, steps: int = 1) -> None:
         """Note that worker w pushed at `clock` and now waits for an answer."""
         if not self.active[w] or self.waiting[w]:
             raise RuntimeError(f"protocol error: unexpected push from worker {w}")
@@ -48,6 +53,8 @@ class Book:
         self.last_push[w] = last
         self.step_s[w] = step_s
         self.arrived_at[w] = now
+        self.base_version[w] = base_version
+        self.steps[w] = steps
 
     def record_release(self, w: int) -> None:
         """Note that worker w was answered; a worker whose last push it was leaves."""
@@ -82,9 +89,16 @@ class SyncPolicy(ABC):
     def release(self, book: Book) -> list[int]:
         """Workers (ascending index) to answer now."""
 
+    def on_push(self, book: Book, w: int) -> None:
+        """Called after worker w's push is recorded in the book (PSP learns from it)."""
+
     def plan(self, book: Book, w: int) -> int:
         """Local steps worker w runs before its next push."""
         return 1
+
+    def delta_scale(self, book: Book, w: int) -> float:
+        """Factor applied to worker w's waiting delta when it is added to the parameters."""
+        return 1.0
 
     def describe(self) -> str:
         """Human-readable name with parameters."""
@@ -139,7 +153,34 @@ class SSP(SyncPolicy):
         return f"SSP(s={s})"
 
 
-def make_policy(sync: str, staleness: float = 3) -> SyncPolicy:
+class ESP(SSP):
+    """Efficient synchronous parallel, server side: SSP's staleness bound over push clocks.
+
+    Workers decide themselves when to communicate (mpikanel.schedule.EspSchedule); the server
+    bounds how far a worker's pushes may run ahead of the slowest active worker and can scale
+    a stale delta by 1/(1+tau), tau = versions applied since the worker's base.
+    """
+
+    name = "esp"
+    SCALES = ("none", "inverse")
+
+    def __init__(self, staleness: float, scale: str = "none") -> None:
+        super().__init__(staleness)
+        if scale not in self.SCALES:
+            raise InputError(f"--esp-scale must be one of {', '.join(self.SCALES)}, got '{scale}'")
+        self.scale = scale
+
+    def delta_scale(self, book: Book, w: int) -> float:
+        if self.scale == "none":
+            return 1.0
+        return 1.0 / (1.0 + max(0, book.version - int(book.base_version[w])))
+
+    def describe(self) -> str:
+        return "ESP" + super().describe()[3:]
+
+
+def make_policy(sync: str, staleness: float = 3, esp_scale: str = "none", n_workers: int = 1,
+                psp_k_max: int = 8, psp_aggregate: str = "sum") -> SyncPolicy:
     """Build the server-side policy for a sync model name."""
     sync = sync.lower()
     if sync == "bsp":
@@ -148,7 +189,9 @@ def make_policy(sync: str, staleness: float = 3) -> SyncPolicy:
         return ASP()
     if sync == "ssp":
         return SSP(staleness)
-    if sync in SYNC_MODELS:
-        raise InputError(f"--sync {sync} is not yet available in this version; "
-                         f"choose from: {', '.join(AVAILABLE_SYNC_MODELS)}")
+    if sync == "esp":
+        return ESP(staleness, esp_scale)
+    if sync == "psp":
+        from .psp import PSP
+        return PSP(n_workers, psp_k_max, psp_aggregate)
     raise InputError(f"unknown --sync '{sync}'; choose from: {', '.join(SYNC_MODELS)}")

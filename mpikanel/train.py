@@ -25,7 +25,8 @@ from .hetero import HeteroSpec, Injector, describe_hetero, parse_hetero
 from .kernels import BoundModel, Model, bind, get_model, warmup
 from .metrics import SnapshotRecorder, evaluate_curve, write_metrics
 from .summary import add_curve, evaluate, format_summary
-from .sync import make_policy
+from .schedule import EspSchedule, PspSchedule, Schedule
+from .sync import SyncPolicy, make_policy
 from .worker_loop import StepPlan, WorkerStats, run_worker
 
 T = TypeVar("T")
@@ -64,6 +65,22 @@ def data_spec(config: TrainConfig) -> DataSpec:
                     synthetic_classes=config.n_classes_hint, n_features=config.n_features)
 
 
+def policy_for(config: TrainConfig, n_workers: int) -> SyncPolicy:
+    """The server-side sync policy a config asks for."""
+    return make_policy(config.sync, config.staleness, config.esp_scale, n_workers,
+                       config.psp_k_max, config.psp_aggregate)
+
+
+def schedule_for(config: TrainConfig, n_workers: int) -> Schedule:
+    """The worker-side schedule a config asks for."""
+    if config.sync == "esp":
+        busy_max = config.esp_busy_max if config.esp_busy_max is not None else max(2, n_workers // 2)
+        return EspSchedule(rho=config.esp_rho, max_skip=config.esp_max_skip, busy_max=busy_max)
+    if config.sync == "psp":
+        return PspSchedule(max_wait_steps=config.psp_k_max)
+    return Schedule()
+
+
 def hetero_spec(config: TrainConfig) -> HeteroSpec:
     """The heterogeneity injection a config asks for."""
     return HeteroSpec(slowdown=config.slowdown, pause_prob=config.pause_prob, pause_s=config.pause_s,
@@ -71,8 +88,8 @@ def hetero_spec(config: TrainConfig) -> HeteroSpec:
 
 
 def _describe_checked(config: TrainConfig, n_workers: int) -> tuple[DataInfo, Model]:
-    model = get_model(config.model)
-    make_policy(config.sync, config.staleness)
+    model = get_model(config.model, hidden=config.hidden, activation=config.activation)
+    policy_for(config, n_workers)
     parse_hetero(hetero_spec(config), n_workers)
     info = describe(data_spec(config))
     if info.n_classes < model.min_classes or (model.max_classes and info.n_classes > model.max_classes):
@@ -94,8 +111,8 @@ def setup(config: TrainConfig, comm) -> Setup:
                          "run as: mpiexec -n 4 python -m mpikanel.train")
     n_workers = size - 1
     described = _agree(comm, lambda: _describe_checked(config, n_workers) if rank == 0 else None)
-    info, _ = comm.bcast(described, root=0)
-    model = get_model(config.model)
+    info = comm.bcast(described and described[0], root=0)   # the Model itself is not pickled
+    model = get_model(config.model, hidden=config.hidden, activation=config.activation)
     spec = data_spec(config)
 
     def load() -> tuple[Shard | None, Shard | None]:
@@ -131,7 +148,10 @@ def train(config: TrainConfig | dict | None = None, comm=None, **overrides: Any)
     try:
         s = setup(config, comm)
         rank = comm.Get_rank()
-        params = np.zeros(s.n_params, dtype=np.float64)
+        # same seed on every rank -> identical start (zeros except e.g. the MLP's random weights)
+        params = np.ascontiguousarray(s.model.init(s.n_params, s.info.n_features, s.info.n_classes,
+                                                   np.random.default_rng([config.seed, 12345])), dtype=np.float64)
+        initial = params.copy()
         comm.Barrier()
         t0 = time.perf_counter()
         if rank == 0:
@@ -139,24 +159,26 @@ def train(config: TrainConfig | dict | None = None, comm=None, **overrides: Any)
                         (shard_range(s.info.n_rows, comm.Get_size() - 1, w) for w in range(comm.Get_size() - 1)))
             recorder = SnapshotRecorder(config.snapshot_interval)
             with _progress(total, config) as on_progress:
-                server = ParameterServer(comm, params, make_policy(config.sync, config.staleness),
-                                         on_progress, recorder)
+                policy = policy_for(config, comm.Get_size() - 1)
+                server = ParameterServer(comm, params, policy, on_progress, recorder)
                 server_stats = server.run()
+                server_stats.policy_report = policy.report() if hasattr(policy, "report") else None
             stats = WorkerStats(rank=0, rows=0, produced=np.zeros(s.n_params))
         else:
             client = WorkerClient(comm, s.n_params)
             rng = np.random.default_rng([config.seed, rank])
             injector = Injector(hetero_spec(config), rank, comm.Get_size() - 1)
-            _, stats = run_worker(client, s.shard, params, s.plan, rng, rank, injector)
+            schedule = schedule_for(config, comm.Get_size() - 1)
+            _, stats = run_worker(client, s.shard, params, s.plan, rng, rank, injector, schedule)
             server_stats = recorder = None
         wall = time.perf_counter() - t0
         comm.Bcast(params, root=0)
-        return _finish(comm, s, params, stats, server_stats, recorder, wall)
+        return _finish(comm, s, params, initial, stats, server_stats, recorder, wall)
     finally:
         comm.Free()
 
 
-def _finish(comm, s: Setup, params: np.ndarray, stats: WorkerStats, server_stats,
+def _finish(comm, s: Setup, params: np.ndarray, initial: np.ndarray, stats: WorkerStats, server_stats,
             recorder: SnapshotRecorder | None, wall: float) -> dict:
     """Collective end of run: train loss from the shards, test metrics, summary on every rank."""
     from mpi4py import MPI
@@ -172,10 +194,12 @@ def _finish(comm, s: Setup, params: np.ndarray, stats: WorkerStats, server_stats
     comm.Reduce(stats.produced, produced, op=MPI.SUM, root=0)
     summary = None
     if rank == 0:
-        summary = evaluate(s, params, losses, worker_stats[1:], produced, server_stats, wall,
+        summary = evaluate(s, params, initial, losses, worker_stats[1:], produced, server_stats, wall,
                            mpi_library=MPI.Get_library_version().splitlines()[0],
                            ranks=comm.Get_size())
         summary["scenario"] = s.config.scenario or describe_hetero(hetero_spec(s.config))
+        if server_stats.policy_report is not None:
+            summary[s.config.sync] = server_stats.policy_report
         curve = _curve(s, recorder)
         add_curve(summary, curve, s.config.target_loss)
         if s.config.metrics:

@@ -1,6 +1,9 @@
 """A worker's training loop: numba SGD steps on its shard, exchanging deltas with the server.
 
-Transport-agnostic: it talks to any object with WorkerClient's ``delta``/``exchange``.
+Transport-agnostic: it talks to any object with WorkerClient's ``delta``/``start``/``test``/
+``wait``. A Schedule (mpikanel.schedule) decides at each step boundary whether to push,
+keep training, or wait; replies are merged so that steps taken while an exchange was in
+flight are kept: ``local = new_params + (local_now - local_at_send)``.
 """
 from __future__ import annotations
 
@@ -14,6 +17,9 @@ import numpy as np
 from .errors import TrainingError
 from .hetero import Injector, sleep_for
 from .kernels import BoundModel
+from .schedule import Action, Schedule, WorkerState
+
+RTT_EWMA_ALPHA = 0.3
 
 
 class Exchanger(Protocol):
@@ -22,7 +28,12 @@ class Exchanger(Protocol):
     @property
     def delta(self) -> np.ndarray: ...
 
-    def exchange(self, clock: int, steps: int, step_s: float, last: bool): ...
+    def start(self, clock: int, steps: int, step_s: float, last: bool, has_delta: bool = True,
+              base_version: int = 0, rtt_s: float = 0.0, delay_s: float = 0.0) -> None: ...
+
+    def test(self): ...
+
+    def wait(self): ...
 
 
 @dataclass
@@ -34,16 +45,28 @@ class WorkerStats:
     steps: int = 0
     pushes: int = 0
     compute_s: float = 0.0
-    comm_s: float = 0.0
-    wait_s: float = 0.0
-    injected_s: float = 0.0
+    comm_s: float = 0.0           # blocked in an exchange, not held by the policy
+    wait_s: float = 0.0           # blocked while the server held the push (sync policy)
+    injected_s: float = 0.0       # injected slowdown, pauses and blocking link delay
     slowdown: float = 1.0
+    exchanges_completed: int = 0
+    skips: int = 0                # step boundaries where the worker chose not to communicate
+    forced_syncs: int = 0
+    steps_while_pending: int = 0  # local steps taken while an exchange was in flight
+    rtt_mean_s: float = 0.0
+    rtt_p95_s: float = 0.0
     produced: np.ndarray = field(default_factory=lambda: np.zeros(0), repr=False)
+    rtts: list = field(default_factory=list, repr=False)
 
     def public(self) -> dict:
-        """JSON-ready dict (without the delta sum vector)."""
+        """JSON-ready dict (without the delta sum vector and raw RTTs)."""
+        if self.rtts:
+            self.rtt_mean_s = float(np.mean(self.rtts))
+            self.rtt_p95_s = float(np.percentile(self.rtts, 95))
         d = asdict(self)
         d.pop("produced")
+        d.pop("rtts")
+        d["exchanges_started"] = self.pushes
         return d
 
 
@@ -78,36 +101,123 @@ def batches(rows: int, plan: StepPlan, rng: np.random.Generator):
         yield order[b * plan.batch_size:(b + 1) * plan.batch_size]
 
 
+class _Worker:
+    """State of one worker's run: local/base parameters, the pending exchange, counters."""
+
+    def __init__(self, client: Exchanger, params: np.ndarray, stats: WorkerStats,
+                 injector: Injector, rank: int) -> None:
+        self.client = client
+        self.local = params.copy()
+        self.base = params.copy()
+        self.at_send = np.empty_like(params)
+        self.st = WorkerState()
+        self.stats = stats
+        self.injector = injector
+        self.rank = rank
+        self.base_version = 0
+        self.step = 0
+
+    def push(self, last: bool) -> None:
+        """Start an exchange carrying every unsent step (local - base)."""
+        delta = self.client.delta
+        np.subtract(self.local, self.base, out=delta)
+        if not math.isfinite(float(delta.sum())):
+            raise TrainingError(f"worker rank {self.rank} produced non-finite parameters at step "
+                                f"{self.step} (learning rate too high?)")
+        self.stats.produced += delta
+        self.at_send[:] = self.local
+        st = self.st
+        step_s = st.unsent_compute_s / max(st.unsent_steps, 1)
+        self.stats.pushes += 1
+        self.client.start(self.stats.pushes, st.unsent_steps, step_s, last,
+                          base_version=self.base_version, rtt_s=st.rtt_ewma or 0.0,
+                          delay_s=self.injector.link_delay(8 * delta.size))
+        st.unsent_steps, st.unsent_compute_s = 0, 0.0
+        st.pending, st.steps_while_pending, st.skips = True, 0, 0
+
+    def merge(self, reply) -> None:
+        """Take the server's parameters, keeping steps made since the push."""
+        self.local -= self.at_send
+        self.local += reply.params
+        self.base[:] = reply.params
+        self.base_version = reply.version
+        st, stats = self.st, self.stats
+        st.pending = False
+        st.steps_since_reply = 0
+        st.busy, st.plan = reply.busy, max(1, reply.plan)
+        # the exchange's cost: its round trip minus the time the policy held it (held pushes do
+        # not block a non-blocking worker; a slow link or a congested server does count)
+        st.observe_rtt(max(0.0, reply.rtt_s - reply.held_s), RTT_EWMA_ALPHA)
+        stats.rtts.append(reply.rtt_s)
+        stats.exchanges_completed += 1
+        held = min(reply.held_s, reply.blocked_s - reply.delayed_s)
+        stats.wait_s += max(0.0, held)
+        stats.comm_s += max(0.0, reply.blocked_s - reply.delayed_s - max(0.0, held))
+        stats.injected_s += reply.delayed_s
+
+    def wait(self) -> None:
+        """Block until the pending exchange completes, then merge."""
+        self.merge(self.client.wait())
+
+    def poll(self) -> None:
+        """Merge the pending exchange if it has completed (drives MPI progress too)."""
+        t0 = time.perf_counter()
+        reply = self.client.test()
+        self.stats.comm_s += time.perf_counter() - t0
+        if reply is not None:
+            self.merge(reply)
+
+
 def run_worker(client: Exchanger, data: BoundModel, params: np.ndarray, plan: StepPlan,
-               rng: np.random.Generator, rank: int, injector: Injector) -> tuple[np.ndarray, WorkerStats]:
-    """Train on the bound shard, pushing after every step; returns the last local parameters and stats."""
-    local = params.copy()
-    base = params.copy()
+               rng: np.random.Generator, rank: int, injector: Injector,
+               schedule: Schedule | None = None) -> tuple[np.ndarray, WorkerStats]:
+    """Train on the bound shard under `schedule`; returns the last local parameters and stats.
+
+    The last step always pushes everything still unsent with the DONE flag and waits, so no
+    local work is ever dropped.
+    """
+    schedule = schedule or Schedule()
     scratch = data.scratch()
     stats = WorkerStats(rank=rank, rows=data.rows, slowdown=injector.factor, produced=np.zeros_like(params))
+    w = _Worker(client, params, stats, injector, rank)
+    st = w.st
     total = plan.total_steps(data.rows)
-    delta = client.delta
-    message_bytes = 8 * delta.size
     for step, idx in enumerate(batches(data.rows, plan, rng), start=1):
+        w.step = step
         t0 = time.perf_counter()
-        data.step(local, idx, plan.lr, plan.l2, scratch)
-        np.subtract(local, base, out=delta)
-        t1 = time.perf_counter()
-        stats.compute_s += t1 - t0
-        if not math.isfinite(float(delta.sum())):
-            raise TrainingError(f"worker rank {rank} produced non-finite parameters at step {step} "
-                                f"(learning rate {plan.lr} too high?)")
-        stats.produced += delta
-        slow = injector.compute_delay(t1 - t0)
-        injected = slow + injector.link_delay(message_bytes)
-        sleep_for(injected)
-        stats.injected_s += injected
-        step_s = t1 - t0 + slow
-        reply = client.exchange(step, 1, step_s, step == total)
+        data.step(w.local, idx, plan.lr, plan.l2, scratch)
+        compute = time.perf_counter() - t0
+        slow = injector.compute_delay(compute)
+        sleep_for(slow)
         stats.steps += 1
-        stats.pushes += 1
-        stats.wait_s += reply.held_s
-        stats.comm_s += max(0.0, reply.rtt_s - reply.held_s)
-        local[:] = reply.params
-        base[:] = reply.params
-    return local, stats
+        stats.compute_s += compute
+        stats.injected_s += slow
+        st.unsent_steps += 1
+        st.unsent_compute_s += compute + slow
+        st.steps_since_reply += 1
+        if st.pending:
+            st.steps_while_pending += 1
+            stats.steps_while_pending += 1
+            w.poll()
+        if step == total:
+            if st.pending:
+                w.wait()
+            w.push(last=True)
+            w.wait()
+            break
+        action = schedule.decide(st)
+        if action == Action.CONTINUE:
+            if not st.pending:
+                st.skips += 1
+                stats.skips += 1
+        elif action == Action.WAIT:
+            w.wait()
+        else:
+            if st.pending:
+                w.wait()
+            forced = action == Action.PUSH_AND_WAIT and schedule.name != "blocking"
+            stats.forced_syncs += int(forced)
+            w.push(last=False)
+            if action == Action.PUSH_AND_WAIT:
+                w.wait()
+    return w.local, stats

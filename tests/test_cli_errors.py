@@ -41,7 +41,7 @@ def files(tmp_path):
      ["feature-count mismatch"]),
     ("more workers than rows", lambda d: ["--data", str(d / "tiny.npz"), "--test-fraction", "0"],
      ["fewer than the 3 workers"]),
-    ("not yet available", lambda d: ["--sync", "esp"], ["esp"]),
+    ("bad esp option", lambda d: ["--sync", "esp", "--esp-rho", "0"], ["--esp-rho"]),
     ("bad value", lambda d: ["--lr", "-1"], ["--lr"]),
 ], ids=lambda c: c[0])
 def test_bad_input(case, files):

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from mpikanel.errors import InputError
-from mpikanel.sync import ASP, BSP, SSP, Book, make_policy
+from mpikanel.sync import ASP, BSP, ESP, SSP, Book, make_policy
 
 
 def simulate(policy, steps, seed, check=None):
@@ -57,7 +57,7 @@ def test_bsp_all_or_none(seed):
             assert len({c for _, c in group}) == 1
 
 
-@pytest.mark.parametrize("policy", [BSP(), ASP(), SSP(0), SSP(2), SSP(math.inf)])
+@pytest.mark.parametrize("policy", [BSP(), ASP(), SSP(0), SSP(2), SSP(math.inf), ESP(1, "inverse")])
 @pytest.mark.parametrize("seed", range(10))
 def test_uneven_step_counts_never_deadlock(policy, seed):
     # finished workers leave every barrier: workers with 3 steps must not block those with 11
@@ -88,8 +88,7 @@ def test_bsp_applies_at_release_and_others_on_arrival():
 
 def test_make_policy_errors():
     assert isinstance(make_policy("ssp", 0), SSP)
-    with pytest.raises(InputError, match="not yet available"):
-        make_policy("esp")
+    assert make_policy("esp", 2).name == "esp" and make_policy("psp", n_workers=3).name == "psp"
     with pytest.raises(InputError, match="unknown"):
         make_policy("nope")
     with pytest.raises(InputError):
@@ -101,3 +100,13 @@ def test_book_rejects_double_push():
     book.record_push(0, 1, False, 0.0, 0.0)
     with pytest.raises(RuntimeError):
         book.record_push(0, 2, False, 0.0, 0.0)
+
+
+def test_esp_scales_stale_deltas_only_when_asked():
+    book = Book(2)
+    book.version = 5
+    book.record_push(0, 1, False, 0.0, 0.0, base_version=2)
+    assert ESP(3, "none").delta_scale(book, 0) == 1.0
+    assert ESP(3, "inverse").delta_scale(book, 0) == pytest.approx(1 / 4)
+    with pytest.raises(InputError):
+        ESP(3, "bogus")

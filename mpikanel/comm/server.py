@@ -22,6 +22,11 @@ class ServerStats:
     held_s: np.ndarray = field(default_factory=lambda: np.zeros(0))  # seconds pushes were held per worker
     busy_s: float = 0.0           # seconds spent handling pushes (not waiting in MPI)
     wall_s: float = 0.0
+    staleness_sum: np.ndarray = field(default_factory=lambda: np.zeros(0))  # versions behind, per worker
+    staleness_max: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    steps: np.ndarray = field(default_factory=lambda: np.zeros(0))          # local steps pushed
+    unapplied: np.ndarray | None = None   # sum of (1 - scale) * delta: received but scaled away
+    policy_report: dict | None = None     # the policy's own record (PSP rounds)
 
 
 class ParameterServer:
@@ -49,8 +54,11 @@ class ParameterServer:
         self._pending_delta = np.zeros(self.n_workers, dtype=bool)
         self.on_progress = on_progress
         self.recorder = recorder
-        self.stats = ServerStats(pushes=np.zeros(self.n_workers, dtype=np.int64),
-                                 held_s=np.zeros(self.n_workers))
+        nw = self.n_workers
+        self.stats = ServerStats(pushes=np.zeros(nw, dtype=np.int64), held_s=np.zeros(nw),
+                                 staleness_sum=np.zeros(nw, dtype=np.int64),
+                                 staleness_max=np.zeros(nw, dtype=np.int64),
+                                 steps=np.zeros(nw, dtype=np.int64))
 
     def run(self) -> ServerStats:
         """Serve until every worker has sent its last push."""
@@ -86,17 +94,31 @@ class ParameterServer:
         frame = self._inbox[w]
         h = frame.header
         self.stats.pushes[w] += 1
-        self.book.record_push(w, int(h[H.CLOCK]), frame.has(Flag.DONE), float(frame.meta[M.STEP_S]), now)
+        self.stats.steps[w] += int(h[H.STEPS])
+        self.book.record_push(w, int(h[H.CLOCK]), frame.has(Flag.DONE), float(frame.meta[M.STEP_S]), now,
+                              base_version=int(h[H.VERSION]), steps=int(h[H.STEPS]))
+        self.policy.on_push(self.book, w)
         self._pending_delta[w] = frame.has(Flag.HAS_DELTA)
         if self.policy.apply_on_arrival:
             self._apply(w)
 
     def _apply(self, w: int) -> None:
-        if self._pending_delta[w]:
-            self.params += self._inbox[w].payload
-            self._pending_delta[w] = False
-            self.stats.deltas_applied += 1
-            self.book.version += 1
+        if not self._pending_delta[w]:
+            return
+        delta = self._inbox[w].payload
+        tau = max(0, self.book.version - int(self.book.base_version[w]))
+        self.stats.staleness_sum[w] += tau
+        self.stats.staleness_max[w] = max(self.stats.staleness_max[w], tau)
+        scale = self.policy.delta_scale(self.book, w)
+        if scale != 1.0:
+            if self.stats.unapplied is None:
+                self.stats.unapplied = np.zeros_like(self.params)
+            self.stats.unapplied += (1.0 - scale) * delta
+            delta *= scale              # the inbox frame is ours until the receive is re-armed
+        self.params += delta
+        self._pending_delta[w] = False
+        self.stats.deltas_applied += 1
+        self.book.version += 1
 
     def _release(self, just_arrived: int) -> None:
         released = self.policy.release(self.book)
@@ -106,7 +128,7 @@ class ParameterServer:
             for w in released:          # rank order: bitwise reproducible sums
                 self._apply(w)
         now = time.perf_counter()
-        busy = self.book.n_waiting - len(released)
+        busy = self.book.n_waiting - len(released) + just_arrived - 1   # queue besides you
         for w in released:
             self._reply(w, now, busy)
             self.book.record_release(w)

@@ -21,14 +21,18 @@ class Reply:
     plan: int
     busy: int
     held_s: float        # seconds the server held the push (sync-policy waiting)
-    rtt_s: float         # wall seconds from send to reply
+    rtt_s: float         # wall seconds from start() to the reply, injected link delay included
+    blocked_s: float     # seconds this worker spent blocked in wait() for this exchange
+    delayed_s: float     # of blocked_s, seconds spent sleeping out an injected link delay
 
 
 class WorkerClient:
     """Preallocated frames and requests for one worker's exchanges with the server.
 
     ``start`` posts Isend(delta) + Irecv(reply); ``test`` polls (and drives MPI progress);
-    ``wait`` blocks inside MPI (yielding the CPU). ``exchange`` is start + wait.
+    ``wait`` blocks inside MPI (yielding the CPU). ``exchange`` is start + wait. An injected
+    link delay defers the Isend without blocking: the message leaves at the first test() or
+    wait() after the delay has passed, like a slow link would deliver it.
     """
 
     def __init__(self, comm: MPI.Comm, n_params: int) -> None:
@@ -37,6 +41,7 @@ class WorkerClient:
         self.inp = Frame.allocate(n_params)
         self._reqs: list[MPI.Request] = []
         self._t_sent = 0.0
+        self._send_at: float | None = None   # deferred Isend (injected link delay)
 
     @property
     def delta(self) -> np.ndarray:
@@ -49,8 +54,8 @@ class WorkerClient:
         return bool(self._reqs)
 
     def start(self, clock: int, steps: int, step_s: float, last: bool, has_delta: bool = True,
-              base_version: int = 0, rtt_s: float = 0.0) -> None:
-        """Send the delta in ``self.delta`` and post the receive for the reply."""
+              base_version: int = 0, rtt_s: float = 0.0, delay_s: float = 0.0) -> None:
+        """Send the delta in ``self.delta`` (after ``delay_s``) and post the receive for the reply."""
         if self._reqs:
             raise RuntimeError("exchange already in flight")
         h = self.out.header
@@ -61,30 +66,44 @@ class WorkerClient:
         self.out.meta[M.STEP_S] = step_s
         self.out.meta[M.RTT_S] = rtt_s
         self._t_sent = time.perf_counter()
-        self._reqs = [
-            self.comm.Irecv([self.inp.buf, MPI.BYTE], source=SERVER, tag=Tag.REPLY),
-            self.comm.Isend([self.out.buf, MPI.BYTE], dest=SERVER, tag=Tag.PUSH),
-        ]
+        self._reqs = [self.comm.Irecv([self.inp.buf, MPI.BYTE], source=SERVER, tag=Tag.REPLY)]
+        self._send_at = self._t_sent + delay_s if delay_s > 0 else None
+        if self._send_at is None:
+            self._send()
+
+    def _send(self) -> None:
+        self._send_at = None
+        self._reqs.append(self.comm.Isend([self.out.buf, MPI.BYTE], dest=SERVER, tag=Tag.PUSH))
 
     def test(self) -> Reply | None:
         """The reply if the exchange has completed, else None (non-blocking)."""
+        if self._send_at is not None:
+            if time.perf_counter() < self._send_at:
+                return None
+            self._send()
         if MPI.Request.Testall(self._reqs):
-            return self._finish()
+            return self._finish(0.0, 0.0)
         return None
 
     def wait(self) -> Reply:
         """Block (inside MPI, yielding the CPU) until the reply is here."""
+        t0 = time.perf_counter()
+        delayed = 0.0
+        if self._send_at is not None:
+            delayed = max(0.0, self._send_at - t0)
+            time.sleep(delayed)
+            self._send()
         MPI.Request.Waitall(self._reqs)
-        return self._finish()
+        return self._finish(time.perf_counter() - t0, delayed)
 
     def exchange(self, clock: int, steps: int, step_s: float, last: bool) -> Reply:
         """Blocking push of ``self.delta`` and pull of fresh parameters."""
         self.start(clock, steps, step_s, last)
         return self.wait()
 
-    def _finish(self) -> Reply:
+    def _finish(self, blocked_s: float, delayed_s: float) -> Reply:
         rtt = time.perf_counter() - self._t_sent
         self._reqs = []
         h = self.inp.header
         return Reply(self.inp.payload, int(h[H.VERSION]), int(h[H.PLAN]), int(h[H.BUSY]),
-                     float(self.inp.meta[M.HELD_S]), rtt)
+                     float(self.inp.meta[M.HELD_S]), rtt, blocked_s, delayed_s)

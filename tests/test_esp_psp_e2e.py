@@ -1,0 +1,83 @@
+"""ESP and PSP end to end under mpiexec: no lost work, the behaviour each model promises, convergence."""
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from launch import run_train
+from test_train_e2e import SMALL, assert_no_lost_work
+
+FASHION = Path("/usr/share/datasets/fashion-mnist")
+HEAVY = ["--batch-size", "512", "--synthetic-rows", "30000", "--synthetic-features", "800", "--epochs", "2"]
+
+
+@pytest.mark.parametrize("sync", [["--sync", "esp"], ["--sync", "esp", "--esp-scale", "inverse"],
+                                  ["--sync", "psp"], ["--sync", "psp", "--psp-aggregate", "normalized"]])
+def test_converges_like_bsp_and_loses_nothing(sync, tmp_path):
+    proc, s = run_train(4, *sync, *SMALL, tmp_path=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert s["test_accuracy"] > 0.80            # BSP reaches ~0.87 on this problem
+    assert_no_lost_work(s)
+    assert sum(w["steps"] for w in s["per_worker"]) == 3 * 2 * 94   # every step's work arrived
+
+
+@pytest.mark.skipif(not FASHION.exists(), reason="apt-get install dataset-fashion-mnist for the real-data test")
+@pytest.mark.parametrize("sync", ["esp", "psp"])
+def test_converges_on_fashion_mnist(sync, tmp_path):
+    proc, s = run_train(4, "--data", "fashion-mnist", "--sync", sync, "--epochs", "1", "--lr", "0.05",
+                        tmp_path=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert s["test_accuracy"] > 0.75            # BSP: ~0.80 after one epoch
+    assert_no_lost_work(s)
+
+
+def test_esp_skips_on_the_slow_link_only(tmp_path):
+    proc, s = run_train(4, "--sync", "esp", "--link-delay", "1:0.03", *HEAVY, tmp_path=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert_no_lost_work(s)
+    by_rank = {w["rank"]: w for w in s["per_worker"]}
+    slow, fast = by_rank[1], [by_rank[2], by_rank[3]]
+    assert slow["skips"] > 0.5 * slow["steps"]               # the slow link is rarely worth using
+    for w in fast:
+        assert w["skips"] < 0.25 * slow["skips"], (w, slow)   # the others keep communicating
+    for w in s["per_worker"]:
+        assert w["exchanges_started"] == w["exchanges_completed"] == w["pushes"]
+        assert w["rtt_p95_s"] >= w["rtt_mean_s"] * 0.5 > 0
+
+
+def test_esp_skip_bound_holds(tmp_path):
+    # tiny steps, slow exchanges: ESP skips all it may, then forces a sync
+    proc, s = run_train(3, "--sync", "esp", "--esp-max-skip", "3", "--link-delay", "*:0.01", *SMALL,
+                        tmp_path=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    for w in s["per_worker"]:
+        assert w["forced_syncs"] > 0
+        assert w["skips"] <= 3 * (w["pushes"] + 1)
+
+
+def test_psp_gives_fast_workers_more_steps_under_a_straggler(tmp_path):
+    proc, s = run_train(4, "--sync", "psp", "--slowdown", "1:4", *HEAVY, tmp_path=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert_no_lost_work(s)
+    k = np.array(s["psp"]["k"])
+    planned = k[1:]                               # round 0 plans before anything is measured
+    assert np.median(planned[:, 1:]) > np.median(planned[:, 0])
+    assert s["psp"]["rounds"] > 3
+    for w in s["per_worker"][1:]:
+        assert w["steps_while_pending"] >= 0
+
+
+def test_psp_is_bsp_like_on_a_homogeneous_cluster(tmp_path):
+    proc, s = run_train(4, "--sync", "psp", *SMALL, tmp_path=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    k = np.array(s["psp"]["k"])
+    assert np.median(k) == 1
+
+
+@pytest.mark.parametrize("sync", ["esp", "psp"])
+def test_sixteen_ranks(sync, tmp_path):
+    proc, s = run_train(16, "--sync", sync, "--synthetic-rows", "30000", "--epochs", "1",
+                        tmp_path=tmp_path, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert s["workers"] == 15
+    assert_no_lost_work(s)
