@@ -54,6 +54,7 @@ class TrainConfig:
     target_loss: float | None = None
     scenario: str | None = None
     summary_json: str | None = None
+    progress: str = "auto"
     quiet: bool = False
 
     def __post_init__(self) -> None:
@@ -106,6 +107,8 @@ def _validate(c: TrainConfig) -> None:
         raise InputError("--esp-max-skip and --esp-busy-max must be >= 0")
     if c.esp_scale not in ("none", "inverse"):
         raise InputError(f"--esp-scale must be none or inverse, got '{c.esp_scale}'")
+    if c.progress not in ("auto", "on", "off"):
+        raise InputError(f"--progress must be auto, on or off, got '{c.progress}'")
     if c.psp_k_max < 1:
         raise InputError(f"--psp-k-max must be >= 1, got {c.psp_k_max}")
     if c.psp_aggregate not in ("sum", "normalized"):
@@ -165,6 +168,8 @@ _HELP = {
     "target_loss": "report the wall time at which the test loss first reaches this value",
     "scenario": "label stored in the metrics file and summary (default: the injected heterogeneity)",
     "summary_json": "write the run summary as JSON to this path",
+    "progress": "progress bar on rank 0: on, off, or auto (on when started from an interactive "
+                "terminal: mpiexec gives ranks pipes, so auto looks at TERM, CI and SLURM_JOB_ID)",
     "quiet": "print nothing but errors",
 }
 
@@ -207,6 +212,8 @@ def build_parser(prog: str = "python -m mpikanel.train", print_errors: bool = Tr
             p.add_argument(flag, choices=SYNC_MODELS, help=helptext)
         elif f.name == "esp_scale":
             p.add_argument(flag, choices=("none", "inverse"), help=helptext)
+        elif f.name == "progress":
+            p.add_argument(flag, choices=("auto", "on", "off"), help=helptext)
         elif f.name == "psp_aggregate":
             p.add_argument(flag, choices=("sum", "normalized"), help=helptext)
         elif f.name == "model":

@@ -7,6 +7,7 @@ training starts; any failure after that aborts the whole job with the failing ra
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 import traceback
@@ -224,26 +225,43 @@ def _curve(s: Setup, recorder: SnapshotRecorder) -> dict:
                           lambda p: test.correct(p) / test.rows)
 
 
+def _show_progress(mode: str) -> bool:
+    """Whether rank 0 draws a progress bar (its stderr is a pipe under mpiexec even on a terminal)."""
+    if mode != "auto":
+        return mode == "on"
+    if sys.stderr.isatty():
+        return True
+    env = os.environ
+    interactive = env.get("TERM", "dumb") != "dumb"
+    return interactive and not any(k in env for k in ("CI", "SLURM_JOB_ID", "PBS_JOBID", "LSB_JOBID"))
+
+
 class _progress:
     """tqdm progress on rank 0 when stderr is a terminal; a no-op otherwise."""
 
     def __init__(self, total: int, config: TrainConfig) -> None:
         self.bar = None
-        if not config.quiet and sys.stderr.isatty():
+        if not config.quiet and _show_progress(config.progress):
             from tqdm import tqdm
-            self.bar = tqdm(total=total, unit="push", desc=f"{config.sync} {config.model}",
+            self.bar = tqdm(total=total, unit="step", desc=f"{config.sync} {config.model}",
                             mininterval=0.5, file=sys.stderr)
         self.last = 0
 
-    def __enter__(self) -> Callable[[int], None] | None:
+    def __enter__(self) -> Callable[[Any], None] | None:
         return self.update if self.bar is not None else None
 
-    def update(self, done: int) -> None:
-        self.bar.update(done - self.last)
-        self.last = done
+    def update(self, stats: Any) -> None:
+        steps, pushes = int(stats.steps.sum()), int(stats.pushes.sum())
+        if steps - self.last >= max(1, self.bar.total // 200):
+            self.bar.update(steps - self.last)
+            self.last = steps
+            # steps that did not get their own push: skips (ESP) or local steps (PSP)
+            self.bar.set_postfix(pushes=pushes, skip_rate=f"{1 - pushes / max(steps, 1):.0%}", refresh=False)
 
     def __exit__(self, *exc: object) -> None:
         if self.bar is not None:
+            if exc[0] is None:
+                self.bar.update(self.bar.total - self.last)
             self.bar.close()
 
 

@@ -38,7 +38,7 @@ class ParameterServer:
     """
 
     def __init__(self, comm: MPI.Comm, params: np.ndarray, policy: SyncPolicy,
-                 on_progress: Callable[[int], None] | None = None,
+                 on_progress: Callable[["ServerStats"], None] | None = None,
                  recorder: SnapshotRecorder | None = None) -> None:
         self.comm = comm
         self.params = params
@@ -66,7 +66,6 @@ class ParameterServer:
         MPI.Prequest.Startall(self._recv)
         if self.recorder is not None:
             self.recorder.maybe_snapshot(0.0, self.params, 0)
-        total = 0
         while not self.book.finished:
             done = MPI.Request.Waitsome(self._recv)
             t0 = time.perf_counter()
@@ -75,13 +74,12 @@ class ParameterServer:
                                    f"(policy {self.policy.describe()} stalled)")
             for w in sorted(done):
                 self._on_push(w, t0)
-            total += len(done)
             self._release(len(done))
             if self.recorder is not None:
                 self.recorder.maybe_snapshot(t0 - t_start, self.params, self.book.version)
             self.stats.busy_s += time.perf_counter() - t0
             if self.on_progress is not None:
-                self.on_progress(total)
+                self.on_progress(self.stats)
         MPI.Request.Waitall(self._send)
         for req in self._recv:          # all inactive now: every worker's last push was answered
             req.Free()
