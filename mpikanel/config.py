@@ -53,6 +53,10 @@ class TrainConfig:
     snapshot_interval: float = 0.25
     target_loss: float | None = None
     scenario: str | None = None
+    checkpoint_dir: str | None = None
+    checkpoint_every: str = "0"
+    keep_checkpoints: int = 3
+    resume: str | None = None
     summary_json: str | None = None
     progress: str = "auto"
     quiet: bool = False
@@ -107,6 +111,12 @@ def _validate(c: TrainConfig) -> None:
         raise InputError("--esp-max-skip and --esp-busy-max must be >= 0")
     if c.esp_scale not in ("none", "inverse"):
         raise InputError(f"--esp-scale must be none or inverse, got '{c.esp_scale}'")
+    if c.keep_checkpoints < 1:
+        raise InputError(f"--keep-checkpoints must be >= 1, got {c.keep_checkpoints}")
+    if c.resume == "latest" and not c.checkpoint_dir:
+        raise InputError("--resume latest needs --checkpoint-dir")
+    from .checkpoint import parse_every
+    parse_every(c.checkpoint_every)
     if c.progress not in ("auto", "on", "off"):
         raise InputError(f"--progress must be auto, on or off, got '{c.progress}'")
     if c.psp_k_max < 1:
@@ -167,6 +177,13 @@ _HELP = {
     "snapshot_interval": "seconds between parameter snapshots for the loss-vs-time curve",
     "target_loss": "report the wall time at which the test loss first reaches this value",
     "scenario": "label stored in the metrics file and summary (default: the injected heterogeneity)",
+    "checkpoint_dir": "write HDF5 checkpoints here (at the end, every --checkpoint-every, and on "
+                      "SIGTERM/SIGUSR1, after which the run exits with code 75)",
+    "checkpoint_every": "checkpoint interval: SECONDS, or Nsteps (total worker steps); 0 = only at the "
+                        "end and on signals",
+    "keep_checkpoints": "keep this many newest checkpoints",
+    "resume": "resume from a checkpoint file, or 'latest' (newest valid in --checkpoint-dir; "
+              "starts fresh if there is none)",
     "summary_json": "write the run summary as JSON to this path",
     "progress": "progress bar on rank 0: on, off, or auto (on when started from an interactive "
                 "terminal: mpiexec gives ranks pipes, so auto looks at TERM, CI and SLURM_JOB_ID)",

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from mpikanel.errors import InputError
+from mpikanel.kernels.base import CSR
 
 DEFAULT_FASHION_DIR = "/usr/share/datasets/fashion-mnist"
 SYNTHETIC_CHUNK = 4096
@@ -33,9 +34,9 @@ class DataInfo:
 
 @dataclass
 class Shard:
-    """A block of rows: float32 C-contiguous features and int32 class indices."""
+    """A block of rows: float32 C-contiguous features (or CSR for libsvm data) and int32 class indices."""
 
-    X: np.ndarray
+    X: np.ndarray | CSR
     y: np.ndarray
 
 
@@ -189,8 +190,11 @@ def _open_path(path: str, n_features: int | None, base: int | None, role: str) -
 def _read_shard(src: _Source, info: DataInfo, start: int, stop: int) -> Shard:
     """Read global rows [start, stop) of `src`, validate them and map labels to classes."""
     X, y_raw = src.read(start, stop)
-    X = np.ascontiguousarray(X, dtype=np.float32)
-    _check_finite(X, src, start)
+    if isinstance(X, CSR):
+        _check_finite_csr(X, src, start)
+    else:
+        X = np.ascontiguousarray(X, dtype=np.float32)
+        _check_finite(X, src, start)
     y = _integer_labels(y_raw, src, start)
     return Shard(X=X, y=_map_labels(y, info.label_values, src, start))
 
@@ -199,6 +203,13 @@ def _check_finite(X: np.ndarray, src: _Source, offset: int) -> None:
     finite_rows = np.isfinite(X).all(axis=1)
     if not finite_rows.all():
         row = offset + int(np.flatnonzero(~finite_rows)[0])
+        raise InputError(f"{src.name}: non-finite feature value (NaN/inf) at {src.where(row)}")
+
+
+def _check_finite_csr(X: CSR, src: _Source, offset: int) -> None:
+    bad = ~np.isfinite(X.data)
+    if bad.any():
+        row = offset + int(np.searchsorted(X.indptr, int(np.flatnonzero(bad)[0]), "right") - 1)
         raise InputError(f"{src.name}: non-finite feature value (NaN/inf) at {src.where(row)}")
 
 
@@ -521,7 +532,7 @@ def _h5py():
 
 
 class _Libsvm(_Source):
-    """libsvm/svmlight text, parsed whole and densified on demand."""
+    """libsvm/svmlight text, parsed whole; row ranges come out as CSR (never densified)."""
 
     def __init__(self, path: str, n_features: int | None, base: int | None, role: str) -> None:
         self.name = self.description = path
@@ -568,11 +579,10 @@ class _Libsvm(_Source):
     def all_labels(self) -> np.ndarray:
         return self.labels
 
-    def read(self, start: int, stop: int) -> tuple[np.ndarray, np.ndarray]:
-        X = np.zeros((stop - start, self.n_features), dtype=np.float32)
-        lo, hi = self.row_ptr[start], self.row_ptr[stop]
-        rows = np.repeat(np.arange(stop - start), np.diff(self.row_ptr[start : stop + 1]))
-        X[rows, self.cols[lo:hi] - self.index_base] = self.vals[lo:hi]
+    def read(self, start: int, stop: int) -> tuple[CSR, np.ndarray]:  # type: ignore[override]
+        lo, hi = int(self.row_ptr[start]), int(self.row_ptr[stop])
+        X = CSR(self.row_ptr[start : stop + 1] - lo, self.cols[lo:hi] - self.index_base,
+                self.vals[lo:hi], (stop - start, self.n_features))
         return X, self.labels[start:stop]
 
 

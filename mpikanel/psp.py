@@ -218,6 +218,20 @@ class PSP(BSP):
     def describe(self) -> str:
         return f"PSP(k_max={self.k_max}, {self.aggregate})"
 
+    def state(self) -> dict:
+        """Predictor histories and the current plan (round records restart after a resume)."""
+        p = self.predictor
+        return {"history": [list(h) for h in p.history], "residuals": [list(r) for r in p.residuals],
+                "plan": self._plan.tolist()}
+
+    def restore(self, state: dict) -> None:
+        p = self.predictor
+        for dq, values in zip(p.history, state["history"]):
+            dq.extend(values)
+        for dq, values in zip(p.residuals, state["residuals"]):
+            dq.extend(values)
+        self._plan = np.array(state["plan"], dtype=np.int64)
+
     def report(self) -> dict:
         """Per-round record for the summary and metrics file."""
         rs = self.rounds

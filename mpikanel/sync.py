@@ -100,6 +100,13 @@ class SyncPolicy(ABC):
         """Factor applied to worker w's waiting delta when it is added to the parameters."""
         return 1.0
 
+    def state(self) -> dict:
+        """JSON-able state a checkpoint keeps (stateless policies: empty)."""
+        return {}
+
+    def restore(self, state: dict) -> None:
+        """Continue from a checkpointed state()."""
+
     def describe(self) -> str:
         """Human-readable name with parameters."""
         return self.name.upper()

@@ -21,6 +21,7 @@ from . import __version__
 from .comm import environment
 from .config import TrainConfig, config_from_args, make_config
 from .data import DataInfo, DataSpec, Shard, describe, load_rows, load_test, shard_range
+from . import checkpoint as ckpt_mod
 from .errors import InputError, TrainingError
 from .hetero import HeteroSpec, Injector, describe_hetero, parse_hetero
 from .kernels import BoundModel, Model, bind, get_model, warmup
@@ -31,6 +32,9 @@ from .sync import SyncPolicy, make_policy
 from .worker_loop import StepPlan, WorkerStats, run_worker
 
 T = TypeVar("T")
+
+#: exit code of a run stopped by SIGTERM/SIGUSR1 after writing its checkpoint ("requeue me")
+EXIT_CHECKPOINTED = 75
 
 
 @dataclass
@@ -146,6 +150,7 @@ def train(config: TrainConfig | dict | None = None, comm=None, **overrides: Any)
 
     config = make_config(config, **overrides)
     comm = (comm if comm is not None else MPI.COMM_WORLD).Dup()
+    stop = _StopSignals(enabled=bool(config.checkpoint_dir))
     try:
         s = setup(config, comm)
         rank = comm.Get_rank()
@@ -153,34 +158,146 @@ def train(config: TrainConfig | dict | None = None, comm=None, **overrides: Any)
         params = np.ascontiguousarray(s.model.init(s.n_params, s.info.n_features, s.info.n_classes,
                                                    np.random.default_rng([config.seed, 12345])), dtype=np.float64)
         initial = params.copy()
+        ckpt, resumed_from = None, None
+        if config.resume:
+            loaded = _agree(comm, lambda: _load_resume(config, comm.Get_size(), s) if rank == 0 else None)
+            ckpt, resumed_from = loaded if rank == 0 else (None, None)
+            resumed_from = comm.bcast(resumed_from, root=0)
+        my_state = None
+        if resumed_from is not None:
+            if rank == 0:
+                params[:], initial[:] = ckpt.params, ckpt.initial
+            comm.Bcast(params, root=0)
+            comm.Bcast(initial, root=0)
+            my_state = comm.scatter([None] + ckpt.workers if rank == 0 else None, root=0)
         comm.Barrier()
         t0 = time.perf_counter()
         if rank == 0:
-            total = sum(s.plan.total_steps(b - a) for a, b in
-                        (shard_range(s.info.n_rows, comm.Get_size() - 1, w) for w in range(comm.Get_size() - 1)))
-            recorder = SnapshotRecorder(config.snapshot_interval)
-            with _progress(total, config) as on_progress:
-                policy = policy_for(config, comm.Get_size() - 1)
-                server = ParameterServer(comm, params, policy, on_progress, recorder)
-                server_stats = server.run()
-                server_stats.policy_report = policy.report() if hasattr(policy, "report") else None
+            server_stats, recorder, written = _serve(comm, s, params, initial, ckpt, stop)
             stats = WorkerStats(rank=0, rows=0, produced=np.zeros(s.n_params))
         else:
-            client = WorkerClient(comm, s.n_params)
-            rng = np.random.default_rng([config.seed, rank])
-            injector = Injector(hetero_spec(config), rank, comm.Get_size() - 1)
-            schedule = schedule_for(config, comm.Get_size() - 1)
-            _, stats = run_worker(client, s.shard, params, s.plan, rng, rank, injector, schedule)
-            server_stats = recorder = None
+            stats = _work(comm, s, params, rank, my_state, stop)
+            server_stats = recorder = written = None
         wall = time.perf_counter() - t0
         comm.Bcast(params, root=0)
-        return _finish(comm, s, params, initial, stats, server_stats, recorder, wall)
+        summary = _finish(comm, s, params, initial, stats, server_stats, recorder, wall,
+                          {"resumed_from": resumed_from, "checkpoint": written,
+                           "elapsed_before_s": ckpt.elapsed_s if ckpt is not None else 0.0})
+        return summary
     finally:
+        stop.restore()
         comm.Free()
 
 
+def _load_resume(config: TrainConfig, ranks: int, s: Setup):
+    """Rank 0: the checkpoint to resume (or None for 'latest' in an empty directory) and its path."""
+    if config.checkpoint_dir:
+        ckpt_mod.clean_temporaries(config.checkpoint_dir)
+    if config.resume == "latest":
+        ckpt, notes = ckpt_mod.load_latest(config.checkpoint_dir)
+        for note in notes:
+            print(f"mpikanel: {note}", file=sys.stderr, flush=True)
+        if ckpt is None:
+            if notes:
+                raise InputError(f"{config.checkpoint_dir}: no valid checkpoint to resume ({notes[-1]})")
+            print(f"mpikanel: no checkpoint in {config.checkpoint_dir}; starting fresh", file=sys.stderr, flush=True)
+            return None, None
+    else:
+        ckpt = ckpt_mod.load(config.resume)
+    ckpt_mod.check_compatible(ckpt, ranks, config.sync, s.model.name, s.n_params)
+    if not config.quiet:
+        print(f"mpikanel: resumed from {ckpt.path} ({ckpt.reason}, {ckpt.elapsed_s:.1f} s trained)", flush=True)
+    return ckpt, str(ckpt.path)
+
+
+def _serve(comm, s: Setup, params: np.ndarray, initial: np.ndarray, ckpt, stop: "_StopSignals"):
+    """Rank 0: run the parameter server; returns its stats, the snapshot recorder, the last checkpoint."""
+    from .comm.server import ParameterServer
+
+    config, n_workers = s.config, comm.Get_size() - 1
+    total = sum(s.plan.total_steps(b - a) for a, b in
+                (shard_range(s.info.n_rows, n_workers, w) for w in range(n_workers)))
+    recorder = SnapshotRecorder(config.snapshot_interval)
+    written: list[str] = []
+    control = None
+    if config.checkpoint_dir:
+        ckpt_mod.clean_temporaries(config.checkpoint_dir)
+        every_s, every_steps = ckpt_mod.parse_every(config.checkpoint_every)
+        elapsed_before = ckpt.elapsed_s if ckpt is not None else 0.0
+
+        def write(server, reason: str, final: bool) -> None:
+            meta, arrays = server.state()
+            states = [server.worker_states[w] for w in range(n_workers)]
+            elapsed = elapsed_before + time.perf_counter() - server._t_start
+            path = ckpt_mod.save(config.checkpoint_dir, ckpt_mod.Checkpoint(
+                params=params, initial=initial, config=config.to_dict(), ranks=comm.Get_size(),
+                sync=config.sync, model=s.model.name, server=meta, server_arrays=arrays, workers=states,
+                elapsed_s=elapsed, final=final, reason=reason), keep=config.keep_checkpoints)
+            written.append(str(path))
+            if not config.quiet:
+                print(f"mpikanel: checkpoint ({reason}) written to {path}", flush=True)
+
+        control = ckpt_mod.CheckpointControl(every_s, every_steps, stop.requested, write)
+    policy = policy_for(config, n_workers)
+    with _progress(total, config) as on_progress:
+        server = ParameterServer(comm, params, policy, on_progress, recorder, control)
+        if ckpt is not None:
+            server.restore(ckpt.server, ckpt.server_arrays)
+            server.worker_states = dict(enumerate(ckpt.workers))
+        stats = server.run()
+    stats.policy_report = policy.report() if hasattr(policy, "report") else None
+    stats.stopped = server.stopped
+    return stats, recorder, (written[-1] if written else None)
+
+
+def _work(comm, s: Setup, params: np.ndarray, rank: int, state: dict | None, stop: "_StopSignals") -> WorkerStats:
+    """Ranks 1..N-1: train on this rank's shard."""
+    from .comm.worker import WorkerClient
+
+    config, n_workers = s.config, comm.Get_size() - 1
+    client = WorkerClient(comm, s.n_params)
+    client.stop_requested = stop.requested
+    rng = np.random.default_rng([config.seed, rank])
+    injector = Injector(hetero_spec(config), rank, n_workers)
+    _, stats = run_worker(client, s.shard, params, s.plan, rng, rank, injector,
+                          schedule_for(config, n_workers), resume=state)
+    return stats
+
+
+class _StopSignals:
+    """SIGTERM/SIGUSR1 (what SLURM sends before a time limit) set a flag the run polls."""
+
+    SIGNALS = ("SIGTERM", "SIGUSR1")
+
+    def __init__(self, enabled: bool) -> None:
+        import signal
+        import threading
+
+        self.flag = False
+        self.previous: dict = {}
+        if enabled and threading.current_thread() is threading.main_thread():
+            for name in self.SIGNALS:
+                sig = getattr(signal, name, None)
+                if sig is not None:
+                    self.previous[sig] = signal.signal(sig, self._handle)
+
+    def _handle(self, signum, frame) -> None:
+        self.flag = True
+
+    def requested(self) -> bool:
+        """True once a stop signal arrived on this rank."""
+        return self.flag
+
+    def restore(self) -> None:
+        """Put the previous handlers back."""
+        import signal
+
+        for sig, handler in self.previous.items():
+            signal.signal(sig, handler)
+
+
 def _finish(comm, s: Setup, params: np.ndarray, initial: np.ndarray, stats: WorkerStats, server_stats,
-            recorder: SnapshotRecorder | None, wall: float) -> dict:
+            recorder: SnapshotRecorder | None, wall: float, run_info: dict) -> dict:
     """Collective end of run: train loss from the shards, test metrics, summary on every rank."""
     from mpi4py import MPI
 
@@ -199,6 +316,8 @@ def _finish(comm, s: Setup, params: np.ndarray, initial: np.ndarray, stats: Work
                            mpi_library=MPI.Get_library_version().splitlines()[0],
                            ranks=comm.Get_size())
         summary["scenario"] = s.config.scenario or describe_hetero(hetero_spec(s.config))
+        summary.update(run_info)
+        summary["stopped"] = bool(server_stats.stopped)
         if server_stats.policy_report is not None:
             summary[s.config.sync] = server_stats.policy_report
         curve = _curve(s, recorder)
@@ -279,7 +398,9 @@ def main(argv: list[str] | None = None) -> int:
 
     world = MPI.COMM_WORLD
     try:
-        train(config, world)
+        summary = train(config, world)
+        if summary.get("stopped"):
+            return EXIT_CHECKPOINTED
     except InputError as exc:   # raised identically on every rank during set-up
         if world.Get_rank() == 0:
             print(f"mpikanel: error: {exc}", file=sys.stderr, flush=True)

@@ -35,6 +35,8 @@ class Exchanger(Protocol):
 
     def wait(self): ...
 
+    def send_state(self, state: dict) -> None: ...
+
 
 @dataclass
 class WorkerStats:
@@ -91,14 +93,35 @@ class StepPlan:
         return n if self.max_steps is None else min(n, self.max_steps)
 
 
-def batches(rows: int, plan: StepPlan, rng: np.random.Generator):
-    """Yield int64 row-index arrays, reshuffled every epoch, total_steps of them."""
-    per_epoch = plan.steps_per_epoch(rows)
-    for step in range(plan.total_steps(rows)):
-        b = step % per_epoch
+class BatchCursor:
+    """Minibatch row indices, reshuffled every epoch; its state resumes the exact sequence."""
+
+    def __init__(self, rows: int, plan: StepPlan, rng: np.random.Generator) -> None:
+        self.rows, self.plan, self.rng = rows, plan, rng
+        self.per_epoch = plan.steps_per_epoch(rows)
+        self.total = plan.total_steps(rows)
+        self.step = 0                                   # steps handed out so far
+        self.order = np.zeros(0, dtype=np.int64)
+
+    def next(self) -> np.ndarray | None:
+        """Row indices of the next step, or None when the worker's steps are done."""
+        if self.step >= self.total:
+            return None
+        b = self.step % self.per_epoch
         if b == 0:
-            order = rng.permutation(rows).astype(np.int64)
-        yield order[b * plan.batch_size:(b + 1) * plan.batch_size]
+            self.order = self.rng.permutation(self.rows).astype(np.int64)
+        self.step += 1
+        return self.order[b * self.plan.batch_size:(b + 1) * self.plan.batch_size]
+
+    def state(self) -> dict:
+        """JSON-able position: step, generator state (the order travels separately)."""
+        return {"step": self.step, "rng": self.rng.bit_generator.state}
+
+    def restore(self, state: dict, order: np.ndarray) -> None:
+        """Continue from a saved position."""
+        self.step = int(state["step"])
+        self.rng.bit_generator.state = state["rng"]
+        self.order = np.asarray(order, dtype=np.int64)
 
 
 class _Worker:
@@ -116,6 +139,8 @@ class _Worker:
         self.rank = rank
         self.base_version = 0
         self.step = 0
+        self.stopped = False          # the server asked this worker to stop (checkpoint + exit)
+        self.cursor: BatchCursor | None = None
 
     def push(self, last: bool) -> None:
         """Start an exchange carrying every unsent step (local - base)."""
@@ -134,6 +159,31 @@ class _Worker:
                           delay_s=self.injector.link_delay(8 * delta.size))
         st.unsent_steps, st.unsent_compute_s = 0, 0.0
         st.pending, st.steps_while_pending, st.skips = True, 0, 0
+
+    def capture(self, finished: bool) -> dict:
+        """Resumable state for a checkpoint (sent to the server; pickled, rare)."""
+        st = asdict(self.st)
+        st["pending"] = False
+        stats = {k: v for k, v in asdict(self.stats).items() if k != "produced"}
+        return {"state": {"rank": self.rank, "finished": finished, "cursor": self.cursor.state(),
+                          "schedule": st, "base_version": self.base_version, "stats": stats,
+                          "injector_step": self.injector.step},
+                "unsent": self.local - self.base, "produced": self.stats.produced.copy(),
+                "order": self.cursor.order}
+
+    def restore(self, saved: dict) -> None:
+        """Continue from a checkpointed state: local = global + the unsent work."""
+        state = saved["state"]
+        self.local += saved["unsent"]
+        self.base_version = int(state["base_version"])
+        self.cursor.restore(state["cursor"], saved["order"])
+        self.step = self.cursor.step
+        self.injector.step = int(state["injector_step"])
+        for key, value in state["schedule"].items():
+            setattr(self.st, key, value)
+        for key, value in state["stats"].items():
+            setattr(self.stats, key, value)
+        self.stats.produced = np.array(saved["produced"], dtype=np.float64)
 
     def merge(self, reply) -> None:
         """Take the server's parameters, keeping steps made since the push."""
@@ -154,6 +204,9 @@ class _Worker:
         stats.wait_s += max(0.0, held)
         stats.comm_s += max(0.0, reply.blocked_s - reply.delayed_s - max(0.0, held))
         stats.injected_s += reply.delayed_s
+        if reply.checkpoint or reply.last:
+            self.client.send_state(self.capture(finished=reply.last))
+        self.stopped = reply.stop
 
     def wait(self) -> None:
         """Block until the pending exchange completes, then merge."""
@@ -170,24 +223,31 @@ class _Worker:
 
 def run_worker(client: Exchanger, data: BoundModel, params: np.ndarray, plan: StepPlan,
                rng: np.random.Generator, rank: int, injector: Injector,
-               schedule: Schedule | None = None) -> tuple[np.ndarray, WorkerStats]:
+               schedule: Schedule | None = None, resume: dict | None = None) -> tuple[np.ndarray, WorkerStats]:
     """Train on the bound shard under `schedule`; returns the last local parameters and stats.
 
     The last step always pushes everything still unsent with the DONE flag and waits, so no
-    local work is ever dropped.
+    local work is ever dropped. A reply flagged CHECKPOINT makes the worker send its state to
+    the server; one flagged STOP ends the loop after that (the run resumes from the checkpoint).
     """
     schedule = schedule or Schedule()
     scratch = data.scratch()
     stats = WorkerStats(rank=rank, rows=data.rows, slowdown=injector.factor, produced=np.zeros_like(params))
     w = _Worker(client, params, stats, injector, rank)
+    w.cursor = cursor = BatchCursor(data.rows, plan, rng)
+    if resume is not None:
+        w.restore(resume)
+        if resume["state"]["finished"]:
+            return w.local, stats
     st = w.st
-    total = plan.total_steps(data.rows)
-    for step, idx in enumerate(batches(data.rows, plan, rng), start=1):
-        w.step = step
-        t0 = time.perf_counter()
+    while not w.stopped and (idx := cursor.next()) is not None:
+        w.step = cursor.step
+        t0, c0 = time.perf_counter(), time.thread_time()
         data.step(w.local, idx, plan.lr, plan.l2, scratch)
         compute = time.perf_counter() - t0
-        slow = injector.compute_delay(compute)
+        # the slowdown scales the step's CPU time, not its wall time: on an oversubscribed node
+        # wall time includes waiting for a core, and scaling that would amplify contention
+        slow = injector.compute_delay(time.thread_time() - c0)
         sleep_for(slow)
         stats.steps += 1
         stats.compute_s += compute
@@ -199,11 +259,7 @@ def run_worker(client: Exchanger, data: BoundModel, params: np.ndarray, plan: St
             st.steps_while_pending += 1
             stats.steps_while_pending += 1
             w.poll()
-        if step == total:
-            if st.pending:
-                w.wait()
-            w.push(last=True)
-            w.wait()
+        if w.stopped or cursor.step == cursor.total:
             break
         action = schedule.decide(st)
         if action == Action.CONTINUE:
@@ -215,9 +271,17 @@ def run_worker(client: Exchanger, data: BoundModel, params: np.ndarray, plan: St
         else:
             if st.pending:
                 w.wait()
+            if w.stopped:
+                break
             forced = action == Action.PUSH_AND_WAIT and schedule.name != "blocking"
             stats.forced_syncs += int(forced)
             w.push(last=False)
             if action == Action.PUSH_AND_WAIT:
                 w.wait()
+    if st.pending and not w.stopped:
+        w.wait()
+    if not w.stopped:
+        # the last push carries everything unsent (also when a resumed run has no steps left)
+        w.push(last=True)
+        w.wait()
     return w.local, stats

@@ -8,6 +8,7 @@ import pytest
 
 from mpikanel.data import DataInfo, DataSpec, Shard, describe, load_rows, load_test, shard_range
 from mpikanel.errors import InputError
+from mpikanel.kernels import CSR
 
 FASHION_DIR = "/usr/share/datasets/fashion-mnist"
 
@@ -199,9 +200,13 @@ def test_libsvm_one_based_comments_qid_binary(tmp_path):
     assert (info.n_rows, info.n_features, info.n_classes, info.label_values) == (3, 4, 2, (-1, 1))
     shard = load_rows(spec, info, 0, 3)
     expected = np.array([[0.5, 0, 2, 0], [0, -1.5, 0, 0], [1, 0, 0, 0.1]], dtype=np.float32)
-    np.testing.assert_array_equal(shard.X, expected)
+    assert isinstance(shard.X, CSR) and shard.X.shape == (3, 4) and shard.X.nnz == 5  # never densified
+    np.testing.assert_array_equal(shard.X.indptr, [0, 2, 3, 5])
+    np.testing.assert_array_equal(shard.X.toarray(), expected)
     np.testing.assert_array_equal(shard.y, [1, 0, 1])
-    np.testing.assert_array_equal(load_rows(spec, info, 1, 3).X, expected[1:])
+    part = load_rows(spec, info, 1, 3).X
+    np.testing.assert_array_equal(part.indptr, [0, 1, 3])
+    np.testing.assert_array_equal(part.toarray(), expected[1:])
 
 
 def test_libsvm_zero_based_applies_to_test_file(tmp_path):
@@ -210,9 +215,9 @@ def test_libsvm_zero_based_applies_to_test_file(tmp_path):
     spec = DataSpec(source=train, test_source=test)
     info = describe(spec)
     assert (info.n_rows, info.n_features, info.label_values) == (3, 3, (1, 2, 3))
-    np.testing.assert_array_equal(load_rows(spec, info, 0, 1).X, [[1, 0, 3]])
+    np.testing.assert_array_equal(load_rows(spec, info, 0, 1).X.toarray(), [[1, 0, 3]])
     shard = load_test(spec, info)
-    np.testing.assert_array_equal(shard.X, [[0, 7, 0]])
+    np.testing.assert_array_equal(shard.X.toarray(), [[0, 7, 0]])
     np.testing.assert_array_equal(shard.y, [1])
 
 
@@ -338,3 +343,20 @@ def test_fashion_mnist_small_ranges():
     assert shard.y.dtype == np.int32 and shard.y.max() <= 9
     test = load_test(spec, info)
     assert test.X.shape == (10000, 784) and test.y.shape == (10000,)
+
+
+def test_libsvm_large_sparse_stays_csr_and_tail_split(tmp_path):
+    rng = np.random.default_rng(0)
+    lines = []
+    for i in range(200):
+        cols = np.sort(rng.choice(100_000, 5, replace=False)) + 1
+        lines.append(f"{i % 3} " + " ".join(f"{c}:{v:.3f}" for c, v in zip(cols, rng.random(5) + 0.1)))
+    path = _write(tmp_path / "big.svm", "\n".join(lines) + "\n")
+    spec = DataSpec(source=path, test_fraction=0.25)
+    info = describe(spec)
+    assert (info.n_rows, info.n_classes) == (150, 3) and info.n_features >= 99_000
+    train, test = load_rows(spec, info, 10, 60), load_test(spec, info)
+    for part, rows in ((train, 50), (test, 50)):
+        assert isinstance(part.X, CSR) and part.X.shape == (rows, info.n_features) and part.X.nnz == 5 * rows
+        assert part.X.nbytes < 100_000  # a dense block would be 20 MB
+    assert test.X.indices.dtype == np.int32 and test.X.indptr[0] == 0

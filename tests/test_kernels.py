@@ -1,94 +1,159 @@
-"""Tests for mpikanel.kernels: gradients, losses, predictions, stability, registry."""
+"""Tests for mpikanel.kernels: gradients (finite differences and numpy references), dense vs CSR,
+losses, predictions, stability, initialisation, registry and user-defined models."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
+from numba import njit
 
 from mpikanel.errors import InputError
-from mpikanel.kernels import KERNELS, get_model, l2_penalty, warmup
+from mpikanel.kernels import (BUILTIN, CSR, KERNELS, bind, get_model, l2_penalty, register_model,
+                              unregister_model, warmup)
+from mpikanel.kernels.mlp import views
 
 # ---------------------------------------------------------------- numpy references
 
+H_TEST = 5
 
-def ref_loss_vec(name: str, w: np.ndarray, X: np.ndarray, y: np.ndarray, C: int) -> np.ndarray:
-    """Per-sample loss, computed in float64 numpy."""
+
+def model_of(name: str):
+    """The model under test; mlp-tanh is mlp with tanh, mlp with H_TEST units."""
+    if name.startswith("mlp"):
+        return get_model("mlp", hidden=H_TEST, activation="tanh" if name.endswith("tanh") else "relu")
+    return get_model(name)
+
+
+def _mlp_forward(w, X64, C, act):
+    d = X64.shape[1]
+    W1, W2, b1, b2 = views(w, d, C)
+    A = X64 @ W1 + b1
+    Hh = np.maximum(A, 0.0) if act == "relu" else np.tanh(A)
+    return A, Hh, Hh @ W2.T + b2
+
+
+def _softmax_ce(Z, y):
+    n = Z.shape[0]
+    m = Z.max(axis=1, keepdims=True)
+    lse = m[:, 0] + np.log(np.exp(Z - m).sum(axis=1))
+    P = np.exp(Z - lse[:, None])
+    P[np.arange(n), y] -= 1.0
+    return lse - Z[np.arange(n), y], P
+
+
+def ref_scores(name, w, X, C):
+    """Per-row scores whose argmax is the prediction."""
+    X64 = X.astype(np.float64)
+    d = X.shape[1]
+    if name == "logistic":
+        z = X64 @ w[:d] + w[d]
+        return np.stack([np.zeros_like(z), z], axis=1)
+    if name.startswith("mlp"):
+        return _mlp_forward(w, X64, C, "tanh" if name.endswith("tanh") else "relu")[2]
+    return X64 @ w[: C * d].reshape(d, C) + w[C * d:]  # W^T stored (d, C)
+
+
+def ref_loss_and_dz(name, w, X, y, C):
+    """Per-sample loss and dloss/dscores, float64 numpy."""
     X64 = X.astype(np.float64)
     n, d = X.shape
     if name == "logistic":
         z = X64 @ w[:d] + w[d]
         s = 2.0 * y - 1.0
-        return np.logaddexp(0.0, -s * z)
-    Z = X64 @ w[: C * d].reshape(C, d).T + w[C * d :]
-    m = Z.max(axis=1, keepdims=True)
-    lse = m[:, 0] + np.log(np.exp(Z - m).sum(axis=1))
-    return lse - Z[np.arange(n), y]
+        return np.logaddexp(0.0, -s * z), (np.exp(-np.logaddexp(0.0, -z)) - y)[:, None]
+    Z = ref_scores(name, w, X, C)
+    T = np.eye(C)[y]
+    if name == "svm":
+        t = 2.0 * T - 1.0
+        active = t * Z < 1.0
+        return np.where(active, 1.0 - t * Z, 0.0).sum(axis=1), np.where(active, -t, 0.0)
+    if name == "lsq":
+        R = Z - T
+        return 0.5 * (R ** 2).sum(axis=1), R
+    return _softmax_ce(Z, y)
 
 
-def ref_grad(name: str, w: np.ndarray, X: np.ndarray, y: np.ndarray, C: int, l2: float) -> np.ndarray:
+def ref_loss_vec(name, w, X, y, C):
+    return ref_loss_and_dz(name, w, X, y, C)[0]
+
+
+def ref_grad(name, w, X, y, C, l2):
     """Gradient of mean loss + 0.5*l2*||weights||^2 (no L2 on biases)."""
     X64 = X.astype(np.float64)
     n, d = X.shape
+    _, dZ = ref_loss_and_dz(name, w, X, y, C)
     g = np.zeros_like(w)
-    if name == "logistic":
-        z = X64 @ w[:d] + w[d]
-        r = 1.0 / (1.0 + np.exp(-z)) - y
-        g[:d] = X64.T @ r / n + l2 * w[:d]
-        g[d] = r.mean()
-        return g
-    Z = X64 @ w[: C * d].reshape(C, d).T + w[C * d :]
-    P = np.exp(Z - Z.max(axis=1, keepdims=True))
-    P /= P.sum(axis=1, keepdims=True)
-    P[np.arange(n), y] -= 1.0
-    g[: C * d] = (P.T @ X64 / n).ravel() + l2 * w[: C * d]
-    g[C * d :] = P.mean(axis=0)
+    if name.startswith("mlp"):
+        act = "tanh" if name.endswith("tanh") else "relu"
+        A, Hh, _ = _mlp_forward(w, X64, C, act)
+        gW1, gW2, gb1, gb2 = views(g, d, C)
+        W1, W2, _, _ = views(w, d, C)
+        gW2[:] = dZ.T @ Hh / n
+        gb2[:] = dZ.mean(axis=0)
+        dH = dZ @ W2
+        dA = dH * (A > 0) if act == "relu" else dH * (1.0 - Hh ** 2)
+        gW1[:] = X64.T @ dA / n
+        gb1[:] = dA.mean(axis=0)
+    else:
+        U = dZ.shape[1]
+        g[: U * d] = (X64.T @ dZ / n).ravel()
+        g[U * d:] = dZ.mean(axis=0)
+    nw = model_of(name).head(d, C)
+    g[:nw] += l2 * w[:nw]
     return g
 
 
-def n_weights(name: str, d: int, C: int) -> int:
-    return d if name == "logistic" else C * d
-
-
-def make_problem(name: str, n: int, d: int, C: int, seed: int, scale: float = 1.0):
+def make_problem(name, n, d, C, seed, scale=1.0, sparsity=0.0):
     rng = np.random.default_rng(seed)
-    model = get_model(name)
+    model = model_of(name)
     X = rng.standard_normal((n, d)).astype(np.float32)
+    if sparsity:
+        X[rng.random((n, d)) < sparsity] = 0.0
     y = rng.integers(0, C, n).astype(np.int32)
     w = scale * rng.standard_normal(model.n_params(d, C))
     return model, X, y, w
 
 
-CASES = [("logistic", 2), ("softmax", 2), ("softmax", 5)]
+NAMES = ("logistic", "softmax", "svm", "lsq", "mlp", "mlp-tanh")
+CASES = [("logistic", 2), ("softmax", 2), ("softmax", 5), ("svm", 2), ("svm", 4), ("lsq", 3),
+         ("mlp", 3), ("mlp-tanh", 4)]
 
 
 @pytest.fixture(scope="module", autouse=True)
 def _compile():
-    for m in KERNELS.values():
-        warmup(m)
+    for name in NAMES:
+        warmup(model_of(name))
+
+
+def _bound(model, X, y, C, sparse):
+    return bind(model, CSR.from_dense(X) if sparse else X, y, C)
+
+
+def _step_gradient(model, w, X, y, idx, lr, l2, C, sparse=False):
+    b = _bound(model, X, y, C, sparse)
+    scratch = np.full(b.scratch().size, np.nan)  # kernel must not rely on its contents
+    w_after = w.copy()
+    b.step(w_after, idx, lr, l2, scratch)
+    return (w - w_after) / lr
 
 
 # ---------------------------------------------------------------- gradients
 
 
-def _step_gradient(model, w, X, y, idx, lr, l2, C):
-    scratch = np.full(model.scratch_size(X.shape[1], C), np.nan)  # kernel must not rely on its contents
-    w_after = w.copy()
-    model.sgd_step(w_after, X, y, idx, lr, l2, C, scratch)
-    return (w - w_after) / lr
-
-
+@pytest.mark.parametrize("sparse", [False, True], ids=["dense", "csr"])
 @pytest.mark.parametrize("name,C", CASES)
-def test_sgd_step_matches_finite_difference(name, C):
+def test_sgd_step_matches_finite_difference(name, C, sparse):
     d, l2, lr = 7, 0.3, 1e-3
-    model, X, y, w = make_problem(name, 40, d, C, seed=1)
+    model, X, y, w = make_problem(name, 40, d, C, seed=1, sparsity=0.3 if sparse else 0.0)
     idx = np.array([3, 17, 0, 17, 39, 8, 21, 5, 30, 11], dtype=np.int64)  # includes a duplicate
-    g = _step_gradient(model, w, X, y, idx, lr, l2, C)
+    g = _step_gradient(model, w, X, y, idx, lr, l2, C, sparse)
 
     Xb, yb = np.ascontiguousarray(X[idx]), y[idx]
-    nw = n_weights(name, d, C)
+    nw = model.head(d, C)
+    bb = _bound(model, Xb, yb, C, sparse)
 
     def objective(v):
-        return model.loss_sum(v, Xb, yb, C) / len(idx) + 0.5 * l2 * np.dot(v[:nw], v[:nw])
+        return bb.loss_sum(v) / len(idx) + 0.5 * l2 * np.dot(v[:nw], v[:nw])
 
     eps = 1e-6
     fd = np.empty_like(w)
@@ -110,10 +175,30 @@ def test_sgd_step_matches_numpy_reference(name, C):
 
 
 @pytest.mark.parametrize("name,C", CASES)
-def test_sgd_step_empty_batch_is_noop(name, C):
+def test_dense_and_csr_agree(name, C):
+    d, l2, lr = 30, 0.01, 0.05
+    model, X, y, w = make_problem(name, 300, d, C, seed=12, scale=0.3, sparsity=0.8)
+    dense, sparse = bind(model, X, y, C), bind(model, CSR.from_dense(X), y, C)
+    assert sparse.sparse and not dense.sparse
+    np.testing.assert_allclose(sparse.loss_sum(w), dense.loss_sum(w), rtol=1e-10)
+    np.testing.assert_array_equal(sparse.predict(w), dense.predict(w))
+    w_d, w_s = w.copy(), w.copy()
+    s_d, s_s = dense.scratch(), sparse.scratch()
+    rng = np.random.default_rng(13)
+    for _ in range(20):
+        idx = rng.integers(0, 300, 16).astype(np.int64)
+        dense.step(w_d, idx, lr, l2, s_d)
+        sparse.step(w_s, idx, lr, l2, s_s)
+    np.testing.assert_allclose(w_s, w_d, rtol=1e-9, atol=1e-12)
+
+
+@pytest.mark.parametrize("sparse", [False, True], ids=["dense", "csr"])
+@pytest.mark.parametrize("name,C", CASES)
+def test_sgd_step_empty_batch_is_noop(name, C, sparse):
     model, X, y, w = make_problem(name, 10, 4, C, seed=4)
+    b = _bound(model, X, y, C, sparse)
     w2 = w.copy()
-    model.sgd_step(w2, X, y, np.zeros(0, np.int64), 0.5, 0.1, C, np.zeros(model.scratch_size(4, C)))
+    b.step(w2, np.zeros(0, np.int64), 0.5, 0.1, b.scratch())
     np.testing.assert_array_equal(w, w2)
 
 
@@ -126,7 +211,6 @@ def test_loss_sum_matches_reference(name, C):
     got = model.loss_sum(w, X, y, C)
     assert isinstance(got, float)
     np.testing.assert_allclose(got, ref_loss_vec(name, w, X, y, C).sum(), rtol=1e-10)
-    # shard sums add up to the whole
     parts = model.loss_sum(w, X[:100], y[:100], C) + model.loss_sum(w, X[100:], y[100:], C)
     np.testing.assert_allclose(parts, got, rtol=1e-12)
 
@@ -134,34 +218,56 @@ def test_loss_sum_matches_reference(name, C):
 @pytest.mark.parametrize("name,C", CASES)
 def test_predict_matches_argmax(name, C):
     model, X, y, w = make_problem(name, 300, 9, C, seed=6)
-    d = X.shape[1]
     got = model.predict(w, X, C)
     assert got.dtype == np.int32 and got.shape == (300,)
-    X64 = X.astype(np.float64)
-    if name == "logistic":
-        z = X64 @ w[:d] + w[d]
-        scores = np.stack([np.zeros_like(z), z], axis=1)
-    else:
-        scores = X64 @ w[: C * d].reshape(C, d).T + w[C * d :]
-    np.testing.assert_array_equal(got, scores.argmax(axis=1))
+    np.testing.assert_array_equal(got, ref_scores(name, w, X, C).argmax(axis=1))
 
 
-@pytest.mark.parametrize("name,C", CASES)
+@pytest.mark.parametrize("name,C", [("logistic", 2), ("softmax", 2), ("softmax", 5), ("svm", 3), ("lsq", 3)])
 def test_l2_penalty_excludes_biases(name, C):
     model, _, _, w = make_problem(name, 1, 6, C, seed=7)
-    nw = n_weights(name, 6, C)
+    nw = model.head(6, C)
+    assert nw == (6 if name == "logistic" else 6 * C)
     assert l2_penalty(w, 6, C, 0.2) == pytest.approx(0.5 * 0.2 * np.sum(w[:nw] ** 2), rel=1e-12)
     w2 = w.copy()
     w2[nw:] = 123.0
     assert l2_penalty(w2, 6, C, 0.2) == pytest.approx(l2_penalty(w, 6, C, 0.2), rel=1e-12)
 
 
+def test_mlp_layout_views_and_init():
+    model = get_model("mlp", hidden=8)
+    d, C = 6, 3
+    n = model.n_params(d, C)
+    assert n == 8 * (6 + 3 + 1) + 3 and model.head(d, C) == 8 * (6 + 3)
+    w = model.init(n, d, C, np.random.default_rng([0, 12345]))
+    again = model.init(n, d, C, np.random.default_rng([0, 12345]))
+    np.testing.assert_array_equal(w, again)  # same seed -> same start on every rank
+    W1, W2, b1, b2 = views(w, d, C)
+    assert W1.shape == (6, 8) and W2.shape == (3, 8) and b1.shape == (8,) and b2.shape == (3,)
+    assert np.shares_memory(W1, w) and np.shares_memory(b2, w)
+    assert np.all(b1 == 0) and np.all(b2 == 0) and np.std(W1) > 0.1 and len(np.unique(W1)) == W1.size
+    W1[0, 0] = 42.0
+    assert w[0] == 42.0
+    assert np.all(get_model("softmax").init(33, 10, 3, np.random.default_rng(0)) == 0)
+
+
+def test_mlp_hyper_parameters_validated():
+    assert get_model("mlp", hidden=3).n_params(2, 2) == 3 * 5 + 2
+    assert get_model("mlp", hidden=None, activation=None).n_params(2, 2) == 64 * 5 + 2
+    assert get_model("softmax", hidden=3) is KERNELS["softmax"]
+    with pytest.raises(InputError, match="activation"):
+        get_model("mlp", activation="sigmoid")
+    with pytest.raises(InputError, match="hidden"):
+        get_model("mlp", hidden=0)
+
+
 # ---------------------------------------------------------------- numerical stability
 
 
-@pytest.mark.parametrize("name,C", CASES)
+@pytest.mark.parametrize("sparse", [False, True], ids=["dense", "csr"])
+@pytest.mark.parametrize("name,C", [("logistic", 2), ("softmax", 2), ("softmax", 5), ("svm", 3), ("lsq", 3)])
 @pytest.mark.parametrize("sign", [1.0, -1.0])
-def test_huge_margins_stay_finite(name, C, sign):
+def test_huge_margins_stay_finite(name, C, sign, sparse):
     d = 4
     model = get_model(name)
     X = np.array([[1, 0, 0, 0], [0, 1, 0, 0], [2, 0, 0, 0]], dtype=np.float32)
@@ -170,50 +276,64 @@ def test_huge_margins_stay_finite(name, C, sign):
     if name == "logistic":
         w[0], w[1] = sign * 1e4, -sign * 1e4  # margins +-1e4 and +-2e4
     else:
-        w[1 * d + 0] = sign * 1e4  # feature 0 -> logit of class 1
-        w[0 * d + 1] = sign * 1e4  # feature 1 -> logit of class 0
-    loss = model.loss_sum(w, X, y, C)
+        w[0 * C + 1] = sign * 1e4  # feature 0 -> logit of class 1 (layout w[j*C + c])
+        w[1 * C + 0] = sign * 1e4  # feature 1 -> logit of class 0
+    b = _bound(model, X, y, C, sparse)
+    loss = b.loss_sum(w)
     assert np.isfinite(loss)
     np.testing.assert_allclose(loss, ref_loss_vec(name, w, X, y, C).sum(), rtol=1e-12)
-    if sign > 0:
-        assert loss < 1e-12  # all samples classified with margin 1e4
-    else:
-        assert loss > 1e4  # confidently wrong: loss ~ margin, not inf
+    if name in ("logistic", "softmax"):
+        assert (loss < 1e-12) if sign > 0 else (loss > 1e4)  # confidently wrong: loss ~ margin, not inf
     w2 = w.copy()
-    model.sgd_step(w2, X, y, np.arange(3, dtype=np.int64), 0.1, 0.01, C, np.zeros(model.scratch_size(d, C)))
+    b.step(w2, np.arange(3, dtype=np.int64), 0.1, 0.01, b.scratch())
     assert np.all(np.isfinite(w2))
-    assert np.array_equal(model.predict(w, X, C)[:2], [1, 0] if sign > 0 else [0, 1])
+    assert np.array_equal(b.predict(w)[:2], [1, 0] if sign > 0 else [0, 1])
+
+
+@pytest.mark.parametrize("act", ["relu", "tanh"])
+def test_mlp_huge_inputs_stay_finite(act):
+    model = get_model("mlp", hidden=4, activation=act)
+    X = np.full((3, 5), 1e6, dtype=np.float32)
+    y = np.array([0, 1, 2], dtype=np.int32)
+    w = model.init(model.n_params(5, 3), 5, 3, np.random.default_rng(1)) * 100
+    b = bind(model, X, y, 3)
+    assert np.isfinite(b.loss_sum(w))
+    b.step(w, np.arange(3, dtype=np.int64), 1e-12, 0.0, b.scratch())
+    assert np.all(np.isfinite(w))
 
 
 # ---------------------------------------------------------------- behaviour: training
 
 
+@pytest.mark.parametrize("sparse", [False, True], ids=["dense", "csr"])
 @pytest.mark.parametrize("name,C", CASES)
-def test_training_reaches_high_accuracy(name, C):
+def test_training_reaches_high_accuracy(name, C, sparse):
     rng = np.random.default_rng(8)
     n, d = 2000, 20
-    model = get_model(name)
+    model = model_of(name)
     centers = 3.0 * rng.standard_normal((C, d))
     y = rng.integers(0, C, n).astype(np.int32)
     X = (centers[y] + rng.standard_normal((n, d))).astype(np.float32)
-    w = np.zeros(model.n_params(d, C))
-    scratch = np.zeros(model.scratch_size(d, C))
-    loss0 = model.loss_sum(w, X, y, C) / n
+    b = _bound(model, X, y, C, sparse)
+    w = model.init(model.n_params(d, C), d, C, np.random.default_rng(0))
+    scratch = b.scratch()
+    loss0 = b.loss_sum(w) / n
+    lr = 0.01 if name == "lsq" else 0.1
     for _ in range(300):
-        idx = rng.integers(0, n, 32).astype(np.int64)
-        model.sgd_step(w, X, y, idx, 0.1, 1e-4, C, scratch)
-    acc = np.mean(model.predict(w, X, C) == y)
-    assert acc > 0.95
-    assert model.loss_sum(w, X, y, C) / n < 0.5 * loss0
+        b.step(w, rng.integers(0, n, 32).astype(np.int64), lr, 1e-4, scratch)
+    assert b.correct(w) / n > 0.95
+    assert b.loss_sum(w) / n < 0.5 * loss0
 
 
 # ---------------------------------------------------------------- registry
 
 
 def test_registry_and_unknown_model():
-    assert set(KERNELS) == {"logistic", "softmax"}
+    assert set(BUILTIN) <= set(KERNELS)
+    assert BUILTIN == ("logistic", "softmax", "svm", "lsq", "mlp")
     assert get_model("softmax") is KERNELS["softmax"]
-    with pytest.raises(InputError, match=r"unknown model 'svmx'; choose from: logistic, softmax"):
+    assert all(KERNELS[n].supports_csr for n in BUILTIN)
+    with pytest.raises(InputError, match=r"unknown model 'svmx'; choose from: logistic, softmax, svm, lsq, mlp"):
         get_model("svmx")
 
 
@@ -222,20 +342,103 @@ def test_param_and_scratch_sizes():
     assert (lg.min_classes, lg.max_classes) == (2, 2)
     assert (sm.min_classes, sm.max_classes) == (2, None)
     assert lg.n_params(10, 2) == 11
-    assert sm.n_params(10, 3) == 33
+    assert sm.n_params(10, 3) == 33 and get_model("svm").n_params(10, 3) == 33
     assert sm.n_params(1, 7) == 14
     assert lg.scratch_size(10, 2) >= 11
     assert sm.scratch_size(10, 3) >= 33
 
 
 def test_bad_labels_raise():
-    model, X, y, w = make_problem("softmax", 5, 3, 3, seed=9)
-    y[2] = 3
-    with pytest.raises(ValueError):
-        model.loss_sum(w, X, y, 3)
-    with pytest.raises(ValueError):
-        model.sgd_step(w, X, y, np.arange(5, dtype=np.int64), 0.1, 0.0, 3, np.zeros(model.scratch_size(3, 3)))
+    for name in ("softmax", "svm", "lsq", "mlp"):
+        model, X, y, w = make_problem(name, 5, 3, 3, seed=9)
+        y[2] = 3
+        for sparse in (False, True):
+            b = _bound(model, X, y, 3, sparse)
+            with pytest.raises(ValueError):
+                b.loss_sum(w)
+            with pytest.raises(ValueError):
+                b.step(w, np.arange(5, dtype=np.int64), 0.1, 0.0, b.scratch())
     lmodel, X, y, w = make_problem("logistic", 5, 3, 2, seed=9)
     y[0] = 2
     with pytest.raises(ValueError):
         lmodel.loss_sum(w, X, y, 2)
+
+
+def test_csr_container():
+    X = np.array([[0, 1.5, 0], [0, 0, 0], [2, 0, -1]], dtype=np.float32)
+    A = CSR.from_dense(X)
+    assert A.indptr.dtype == np.int64 and A.indices.dtype == np.int32 and A.data.dtype == np.float32
+    assert A.shape == (3, 3) and A.nnz == 3
+    np.testing.assert_array_equal(A.toarray(), X)
+    np.testing.assert_array_equal(A.rows(1, 3).toarray(), X[1:])
+    with pytest.raises(ValueError):
+        CSR(np.array([0, 2]), np.array([0]), np.array([1.0]), (1, 3))
+
+
+# ---------------------------------------------------------------- user-defined models
+
+
+@njit(cache=True)
+def _sqhinge_grad(w, X, y, idx, n_classes, out):
+    d = X.shape[1]
+    inv = 1.0 / idx.shape[0]
+    for i in idx:
+        t = 2.0 * y[i] - 1.0
+        z = w[d]
+        for j in range(d):
+            z += w[j] * X[i, j]
+        m = 1.0 - t * z
+        if m > 0.0:
+            c = -2.0 * m * t * inv
+            for j in range(d):
+                out[j] += c * X[i, j]
+            out[d] += c
+
+
+@njit(cache=True)
+def _sqhinge_loss(w, X, y, n_classes):
+    d = X.shape[1]
+    total = 0.0
+    for i in range(X.shape[0]):
+        z = w[d]
+        for j in range(d):
+            z += w[j] * X[i, j]
+        m = 1.0 - (2.0 * y[i] - 1.0) * z
+        if m > 0.0:
+            total += m * m
+    return total
+
+
+def test_register_user_model_fd_and_training():
+    model = register_model("sqhinge_test", _sqhinge_grad, _sqhinge_loss, lambda d, C: d + 1,
+                           n_weights=lambda d, C: d, max_classes=2, replace=True)
+    try:
+        assert get_model("sqhinge_test") is model and not model.supports_csr
+        warmup(model)
+        with pytest.raises(ValueError, match="already registered"):
+            register_model("sqhinge_test", _sqhinge_grad, _sqhinge_loss, lambda d, C: d + 1)
+        with pytest.raises(ValueError):
+            register_model("softmax", _sqhinge_grad, _sqhinge_loss, lambda d, C: d + 1)
+        _, X, y, w = make_problem("logistic", 40, 5, 2, seed=10)
+        idx = np.arange(10, dtype=np.int64)
+        g = _step_gradient(model, w, X, y, idx, 1e-3, 0.2, 2)
+        Xb, yb = X[:10], y[:10]
+
+        def objective(v):
+            return _sqhinge_loss(v, Xb, yb, 2) / 10 + 0.1 * np.dot(v[:5], v[:5])
+        fd = np.array([(objective(w + e) - objective(w - e)) / 2e-6 for e in np.eye(6) * 1e-6])
+        np.testing.assert_allclose(g, fd, rtol=1e-5, atol=1e-7)
+        with pytest.raises(InputError, match="no CSR kernels"):
+            bind(model, CSR.from_dense(X), y, 2)
+        # trains, and the default predict (linear layout, d+1 -> sign) works
+        rng = np.random.default_rng(0)
+        X = rng.standard_normal((500, 5)).astype(np.float32)
+        y = (X[:, 0] - X[:, 1] > 0).astype(np.int32)
+        b = bind(model, X, y, 2)
+        w = np.zeros(6)
+        for _ in range(200):
+            b.step(w, rng.integers(0, 500, 16).astype(np.int64), 0.05, 1e-4, b.scratch())
+        assert b.correct(w) / 500 > 0.95
+    finally:
+        unregister_model("sqhinge_test")
+    assert "sqhinge_test" not in KERNELS

@@ -100,8 +100,8 @@ def test_killed_worker_ends_the_job():
     assert proc.returncode != 0
 
 
-def _wait_for_child_python(launcher_pid: int, timeout: float) -> int:
-    """PID of the highest-numbered rank process descended from the launcher."""
+def _wait_for_child_python(launcher_pid: int, timeout: float, all_ranks: bool = False):
+    """PID of the newest rank process descended from the launcher (or all of them, sorted)."""
     deadline = time.time() + timeout
     while time.time() < deadline:
         rows = [line.split(None, 2) for line in
@@ -116,6 +116,6 @@ def _wait_for_child_python(launcher_pid: int, timeout: float) -> int:
         ranks = [int(pid) for pid, _, args in rows
                  if int(pid) in family and "-m mpikanel.train" in args and "mpiexec" not in args]
         if len(ranks) >= 4:
-            return max(ranks)
+            return sorted(ranks) if all_ranks else max(ranks)
         time.sleep(0.2)
     pytest.fail("ranks did not start")

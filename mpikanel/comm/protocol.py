@@ -21,6 +21,7 @@ class Tag(IntEnum):
 
     PUSH = 11    # worker -> server: header + delta
     REPLY = 12   # server -> worker: header + fresh parameters
+    STATE = 13   # worker -> server: pickled resumable state (checkpoints, end of run; rare)
 
 
 class H(IntEnum):
@@ -48,9 +49,11 @@ class M(IntEnum):
 class Flag(IntEnum):
     """Bits for the FLAGS header field."""
 
-    DONE = 1        # push: worker's last push; it leaves every barrier afterwards
-    STOP = 2        # reply: server asks the worker to stop early
-    HAS_DELTA = 4   # push: payload carries a delta (else header-only)
+    DONE = 1            # push: worker's last push; it leaves every barrier afterwards
+    STOP = 2            # reply: stop after sending your state (the run checkpointed; resume later)
+    HAS_DELTA = 4       # push: payload carries a delta (else header-only)
+    CHECKPOINT = 8      # reply: send your resumable state now
+    STOP_REQUEST = 16   # push: this worker got SIGTERM/SIGUSR1; checkpoint and stop the run
 
 
 HEADER_INTS = len(H)

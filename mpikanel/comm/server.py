@@ -8,6 +8,7 @@ from typing import Callable
 import numpy as np
 from mpi4py import MPI
 
+from ..checkpoint import CheckpointControl
 from ..metrics import SnapshotRecorder
 from ..sync import Book, SyncPolicy
 from .protocol import Flag, Frame, H, M, Tag
@@ -27,6 +28,7 @@ class ServerStats:
     steps: np.ndarray = field(default_factory=lambda: np.zeros(0))          # local steps pushed
     unapplied: np.ndarray | None = None   # sum of (1 - scale) * delta: received but scaled away
     policy_report: dict | None = None     # the policy's own record (PSP rounds)
+    stopped: bool = False                 # ended early after a stop checkpoint
 
 
 class ParameterServer:
@@ -39,7 +41,8 @@ class ParameterServer:
 
     def __init__(self, comm: MPI.Comm, params: np.ndarray, policy: SyncPolicy,
                  on_progress: Callable[["ServerStats"], None] | None = None,
-                 recorder: SnapshotRecorder | None = None) -> None:
+                 recorder: SnapshotRecorder | None = None,
+                 checkpoints: CheckpointControl | None = None) -> None:
         self.comm = comm
         self.params = params
         self.policy = policy
@@ -54,6 +57,12 @@ class ParameterServer:
         self._pending_delta = np.zeros(self.n_workers, dtype=bool)
         self.on_progress = on_progress
         self.recorder = recorder
+        self.checkpoints = checkpoints
+        self.worker_states: dict[int, dict] = {}   # latest resumable state of each worker
+        self.stopped = False                       # ended early by a stop request (checkpointed)
+        self._ckpt_reason: str | None = None       # a checkpoint round is pending
+        self._stop_after_ckpt = False
+        self._t_start = 0.0
         nw = self.n_workers
         self.stats = ServerStats(pushes=np.zeros(nw, dtype=np.int64), held_s=np.zeros(nw),
                                  staleness_sum=np.zeros(nw, dtype=np.int64),
@@ -62,11 +71,13 @@ class ParameterServer:
 
     def run(self) -> ServerStats:
         """Serve until every worker has sent its last push."""
-        t_start = time.perf_counter()
-        MPI.Prequest.Startall(self._recv)
+        t_start = self._t_start = time.perf_counter()
+        for w in range(self.n_workers):
+            if self.book.active[w]:
+                self._recv[w].Start()
         if self.recorder is not None:
-            self.recorder.maybe_snapshot(0.0, self.params, 0)
-        while not self.book.finished:
+            self.recorder.maybe_snapshot(0.0, self.params, self.book.version)
+        while not self.book.finished and not self.stopped:
             done = MPI.Request.Waitsome(self._recv)
             t0 = time.perf_counter()
             if done is None:
@@ -74,6 +85,7 @@ class ParameterServer:
                                    f"(policy {self.policy.describe()} stalled)")
             for w in sorted(done):
                 self._on_push(w, t0)
+            self._maybe_schedule_checkpoint(t0 - t_start)
             self._release(len(done))
             if self.recorder is not None:
                 self.recorder.maybe_snapshot(t0 - t_start, self.params, self.book.version)
@@ -84,6 +96,8 @@ class ParameterServer:
         for req in self._recv:          # all inactive now: every worker's last push was answered
             req.Free()
         self.stats.wall_s = time.perf_counter() - t_start
+        if self.checkpoints is not None and not self.stopped:
+            self.checkpoints.write(self, "end", final=True)
         if self.recorder is not None:
             self.recorder.final(self.stats.wall_s, self.params, self.book.version)
         return self.stats
@@ -96,6 +110,8 @@ class ParameterServer:
         self.book.record_push(w, int(h[H.CLOCK]), frame.has(Flag.DONE), float(frame.meta[M.STEP_S]), now,
                               base_version=int(h[H.VERSION]), steps=int(h[H.STEPS]))
         self.policy.on_push(self.book, w)
+        if frame.has(Flag.STOP_REQUEST):
+            self._stop_after_ckpt = True
         self._pending_delta[w] = frame.has(Flag.HAS_DELTA)
         if self.policy.apply_on_arrival:
             self._apply(w)
@@ -118,8 +134,26 @@ class ParameterServer:
         self.stats.deltas_applied += 1
         self.book.version += 1
 
+    def _maybe_schedule_checkpoint(self, elapsed_s: float) -> None:
+        ctl = self.checkpoints
+        if ctl is None or self._ckpt_reason is not None:
+            return
+        if ctl.stop_requested():
+            self._stop_after_ckpt = True
+        if self._stop_after_ckpt:
+            self._ckpt_reason = "stop"
+        else:
+            self._ckpt_reason = ctl.due(elapsed_s, int(self.stats.steps.sum()))
+
     def _release(self, just_arrived: int) -> None:
         released = self.policy.release(self.book)
+        checkpoint = self._ckpt_reason is not None
+        if checkpoint:
+            # a consistent cut: hold everyone until every active worker has pushed, then
+            # answer all of them with CHECKPOINT and collect their states
+            if (self.book.active & ~self.book.waiting).any():
+                return
+            released = sorted(set(released) | {int(w) for w in np.flatnonzero(self.book.waiting)})
         if not released:
             return
         if not self.policy.apply_on_arrival:
@@ -127,22 +161,59 @@ class ParameterServer:
                 self._apply(w)
         now = time.perf_counter()
         busy = self.book.n_waiting - len(released) + just_arrived - 1   # queue besides you
+        stop = checkpoint and self._stop_after_ckpt
+        flags = (Flag.CHECKPOINT if checkpoint else 0) | (Flag.STOP if stop else 0)
+        last = [w for w in released if self.book.last_push[w]]
         for w in released:
-            self._reply(w, now, busy)
+            self._reply(w, now, busy, flags)
             self.book.record_release(w)
-            if self.book.active[w]:
+            if self.book.active[w] and not stop:
                 self._recv[w].Start()
+        for w in released:
+            if checkpoint or w in last:
+                self.worker_states[w] = self.comm.recv(source=w + 1, tag=Tag.STATE)
+        if checkpoint:
+            self.checkpoints.write(self, self._ckpt_reason, final=False)
+            self.checkpoints.written(time.perf_counter() - self._t_start, int(self.stats.steps.sum()))
+            self._ckpt_reason = None
+            self.stopped = stop
 
-    def _reply(self, w: int, now: float, busy: int) -> None:
+    def _reply(self, w: int, now: float, busy: int, flags: int = 0) -> None:
         self._send[w].Wait()            # the worker got the previous reply before pushing again
         out = self._outbox[w]
         out.header[H.CLOCK] = self.book.clock[w]
         out.header[H.VERSION] = self.book.version
         out.header[H.PLAN] = self.policy.plan(self.book, w)
         out.header[H.BUSY] = busy
-        out.header[H.FLAGS] = 0
+        out.header[H.FLAGS] = flags
         held = now - self.book.arrived_at[w]
         out.meta[M.HELD_S] = held
         self.stats.held_s[w] += held
         out.payload[:] = self.params
         self._send[w] = self.comm.Isend([out.buf, MPI.BYTE], dest=w + 1, tag=Tag.REPLY)
+
+    def state(self) -> tuple[dict, dict[str, np.ndarray]]:
+        """The server's resumable state: JSON-able part and arrays (between rounds only)."""
+        b, st = self.book, self.stats
+        meta = {"version": b.version, "deltas_applied": st.deltas_applied, "busy_s": st.busy_s,
+                "policy": self.policy.state()}
+        arrays = {"clock": b.clock, "active": b.active.astype(np.int8), "pushes": st.pushes,
+                  "held_s": st.held_s, "staleness_sum": st.staleness_sum,
+                  "staleness_max": st.staleness_max, "steps": st.steps}
+        if st.unapplied is not None:
+            arrays["unapplied"] = st.unapplied
+        return meta, arrays
+
+    def restore(self, meta: dict, arrays: dict[str, np.ndarray]) -> None:
+        """Continue from a checkpointed server state."""
+        b, st = self.book, self.stats
+        b.version = int(meta["version"])
+        b.clock[:] = arrays["clock"]
+        b.active[:] = arrays["active"].astype(bool)
+        st.deltas_applied = int(meta["deltas_applied"])
+        st.busy_s = float(meta["busy_s"])
+        for key in ("pushes", "held_s", "staleness_sum", "staleness_max", "steps"):
+            getattr(st, key)[:] = arrays[key]
+        if "unapplied" in arrays:
+            st.unapplied = np.array(arrays["unapplied"], dtype=np.float64)
+        self.policy.restore(meta["policy"])

@@ -24,6 +24,9 @@ class Reply:
     rtt_s: float         # wall seconds from start() to the reply, injected link delay included
     blocked_s: float     # seconds this worker spent blocked in wait() for this exchange
     delayed_s: float     # of blocked_s, seconds spent sleeping out an injected link delay
+    last: bool = False        # this reply answers the worker's DONE push
+    checkpoint: bool = False  # the server asks for this worker's resumable state
+    stop: bool = False        # the server stops the run after this checkpoint
 
 
 class WorkerClient:
@@ -42,6 +45,8 @@ class WorkerClient:
         self._reqs: list[MPI.Request] = []
         self._t_sent = 0.0
         self._send_at: float | None = None   # deferred Isend (injected link delay)
+        self._last = False
+        self.stop_requested = lambda: False  # set by the entry point: a signal asked to stop
 
     @property
     def delta(self) -> np.ndarray:
@@ -62,7 +67,9 @@ class WorkerClient:
         h[H.CLOCK] = clock
         h[H.STEPS] = steps
         h[H.VERSION] = base_version
-        h[H.FLAGS] = (Flag.DONE if last else 0) | (Flag.HAS_DELTA if has_delta else 0)
+        h[H.FLAGS] = ((Flag.DONE if last else 0) | (Flag.HAS_DELTA if has_delta else 0)
+                      | (Flag.STOP_REQUEST if self.stop_requested() else 0))
+        self._last = last
         self.out.meta[M.STEP_S] = step_s
         self.out.meta[M.RTT_S] = rtt_s
         self._t_sent = time.perf_counter()
@@ -106,4 +113,9 @@ class WorkerClient:
         self._reqs = []
         h = self.inp.header
         return Reply(self.inp.payload, int(h[H.VERSION]), int(h[H.PLAN]), int(h[H.BUSY]),
-                     float(self.inp.meta[M.HELD_S]), rtt, blocked_s, delayed_s)
+                     float(self.inp.meta[M.HELD_S]), rtt, blocked_s, delayed_s, last=self._last,
+                     checkpoint=self.inp.has(Flag.CHECKPOINT), stop=self.inp.has(Flag.STOP))
+
+    def send_state(self, state: dict) -> None:
+        """Send this worker's resumable state to the server (pickled: checkpoints and run end only)."""
+        self.comm.send(state, dest=SERVER, tag=Tag.STATE)

@@ -1,41 +1,82 @@
 """Registry of numba training kernels (models know nothing of MPI).
 
-Each model lives in its own module (logistic.py, softmax.py, ...) exposing a MODEL record;
-add new ones (svm, lsq, mlp, CSR variants) by importing their MODEL into KERNELS below.
+Built-in models, each with dense and CSR kernels side by side in its own module:
+  logistic  binary logistic regression            softmax  multiclass softmax regression
+  svm       linear SVM, one-vs-rest hinge         lsq      least squares / ridge, one-vs-rest one-hot
+  mlp       one hidden layer (relu|tanh), softmax output; hyper-parameters hidden=, activation=
+User models: ``register_model(name, grad, loss_sum, n_params, ...)`` (signatures in custom.py).
 """
 
 from __future__ import annotations
 
+from typing import Callable
+
 import numpy as np
 
 from ..errors import InputError
-from . import logistic, softmax
-from .base import BoundModel, Model, bind, l2_penalty
+from . import logistic, lsq, mlp, softmax, svm
+from .base import CSR, BoundModel, Model, bind, l2_penalty
+from .custom import make_model
 
-__all__ = ["KERNELS", "BoundModel", "Model", "bind", "get_model", "l2_penalty", "warmup"]
+__all__ = ["CSR", "KERNELS", "BUILTIN", "BoundModel", "Model", "bind", "get_model", "l2_penalty",
+           "register_model", "unregister_model", "warmup"]
 
-KERNELS: dict[str, Model] = {m.name: m for m in (logistic.MODEL, softmax.MODEL)}
+BUILTIN: tuple[str, ...] = ("logistic", "softmax", "svm", "lsq", "mlp")
+KERNELS: dict[str, Model] = {m.name: m for m in (logistic.MODEL, softmax.MODEL, svm.MODEL, lsq.MODEL, mlp.MODEL)}
 
 
-def get_model(name: str) -> Model:
-    """Return the registered model called name, or raise InputError listing the choices."""
+def get_model(name: str, **hyper: object) -> Model:
+    """The registered model called name, configured with hyper-parameters (hidden=, activation=; None = default)."""
     try:
-        return KERNELS[name]
+        model = KERNELS[name]
     except KeyError:
         raise InputError(
             f"unknown model {name!r}; choose from: {', '.join(KERNELS)}"
         ) from None
+    return model.with_hyper(**hyper) if hyper else model
 
 
-def warmup(model: Model) -> None:
-    """Compile (or load from the numba cache) the model's kernels for the canonical argument types."""
+def register_model(name: str, grad: Callable, loss_sum: Callable, n_params: Callable[[int, int], int], *,
+                   replace: bool = False, **options: object) -> Model:
+    """Register a user model from numba kernels; returns its Model. Options: see custom.make_model.
+
+    grad(w, X, y, idx, n_classes, out) adds the mean minibatch gradient into out; loss_sum(w, X, y,
+    n_classes) -> float sums the per-row loss; n_params(n_features, n_classes) -> int. Optional:
+    predict, n_weights, grad_csr, loss_sum_csr, predict_csr, init, min_classes, max_classes.
+    """
+    if not isinstance(name, str) or not name.isidentifier():
+        raise ValueError(f"model name must be an identifier, got {name!r}")
+    if name in BUILTIN or (name in KERNELS and not replace):
+        raise ValueError(f"model {name!r} is already registered" + ("" if name in BUILTIN else
+                                                                    " (pass replace=True)"))
+    model = make_model(name, grad, loss_sum, n_params, **options)  # type: ignore[arg-type]
+    KERNELS[name] = model
+    return model
+
+
+def unregister_model(name: str) -> None:
+    """Remove a user model (built-ins stay)."""
+    if name in BUILTIN:
+        raise ValueError(f"cannot unregister built-in model {name!r}")
+    KERNELS.pop(name, None)
+
+
+def warmup(model: Model, dense: bool = True, sparse: bool = True) -> None:
+    """Compile (or load from the numba cache) the model's dense and CSR kernels for the canonical argument types."""
     n_features, n_rows = 3, 4
-    n_classes = model.min_classes
+    n_classes = max(2, model.min_classes)
     X = np.zeros((n_rows, n_features), dtype=np.float32)
+    X[:, 0] = 1.0
     y = np.zeros(n_rows, dtype=np.int32)
     idx = np.arange(n_rows, dtype=np.int64)
     w = np.zeros(model.n_params(n_features, n_classes), dtype=np.float64)
-    scratch = np.zeros(model.scratch_size(n_features, n_classes), dtype=np.float64)
-    model.sgd_step(w, X, y, idx, 0.0, 0.0, int(n_classes), scratch)
-    model.loss_sum(w, X, y, int(n_classes))
-    model.predict(w, X, int(n_classes))
+    if dense:
+        bound = bind(model, X, y, n_classes)
+        bound.step(w, idx, 0.0, 0.0, bound.scratch())
+        bound.loss_sum(w)
+        bound.correct(w)
+    if sparse and model.supports_csr:
+        bound = bind(model, CSR.from_dense(X), y, n_classes)
+        bound.step(w, idx, 0.0, 1e-4, bound.scratch())
+        bound.loss_sum(w)
+        bound.correct(w)

@@ -57,3 +57,41 @@ def prefetch_row(typingctx, X, i):
         return context.get_dummy_value()
 
     return sig, codegen
+
+
+@intrinsic
+def prefetch_span(typingctx, a, lo, hi):
+    """Hint the CPU to pull elements [lo, hi) of a 1-D array into cache (first 16 lines; no fault, no effect on results)."""
+    if not (isinstance(a, types.Array) and a.ndim == 1 and isinstance(lo, types.Integer)
+            and isinstance(hi, types.Integer)):
+        return None
+    sig = types.void(a, lo, hi)
+
+    def codegen(context, builder, signature, args):
+        aryty, loty, hity = signature.args
+        ary = context.make_array(aryty)(context, builder, args[0])
+        lo_v = context.cast(builder, args[1], loty, types.intp)
+        hi_v = context.cast(builder, args[2], hity, types.intp)
+        i8p = ir.IntType(8).as_pointer()
+        base = builder.bitcast(ary.data, i8p)
+        itemsize = context.get_constant(types.intp, aryty.dtype.bitwidth // 8)
+        zero = context.get_constant(types.intp, 0)
+        n = builder.sub(hi_v, lo_v)
+        n = builder.select(builder.icmp_signed("<", n, zero), zero, n)
+        nbytes = builder.mul(n, itemsize)
+        cap = context.get_constant(types.intp, _MAX_LINES * _LINE)
+        nbytes = builder.select(builder.icmp_signed("<", nbytes, cap), nbytes, cap)
+        start = builder.gep(base, [builder.mul(lo_v, itemsize)])
+        i32 = ir.IntType(32)
+        fnty = ir.FunctionType(ir.VoidType(), [i8p, i32, i32, i32])
+        fn = cgutils.get_or_insert_function(builder.module, fnty, "llvm.prefetch.p0i8")
+        flags = [ir.Constant(i32, 0), ir.Constant(i32, 3), ir.Constant(i32, 1)]
+        step = context.get_constant(types.intp, _LINE)
+        with cgutils.for_range_slice(builder, zero, nbytes, step, inc=True) as (off, _):
+            builder.call(fn, [builder.gep(start, [off]), *flags])
+        last = builder.sub(nbytes, context.get_constant(types.intp, 1))
+        with builder.if_then(builder.icmp_signed(">", nbytes, zero)):
+            builder.call(fn, [builder.gep(start, [last]), *flags])
+        return context.get_dummy_value()
+
+    return sig, codegen

@@ -1,4 +1,4 @@
-"""Binary logistic regression on dense float32 rows; labels 0/1.
+"""Binary logistic regression on dense float32 rows (CSR rows via _linear); labels 0/1.
 
 Layout: w[:d] weights, w[d] bias.  Per-sample loss log(1 + exp(-s*z)) with s = 2y-1, z = w.x + b.
 """
@@ -11,6 +11,7 @@ import numpy as np
 from numba import njit
 
 from ._intrinsics import PREFETCH_ROWS, prefetch_row
+from . import _linear
 from .base import Model
 
 
@@ -20,8 +21,8 @@ def n_params(n_features: int, n_classes: int) -> int:
 
 
 def scratch_size(n_features: int, n_classes: int) -> int:
-    """Length of the float64 scratch buffer sgd_step needs (the gradient)."""
-    return n_features + 1
+    """Length of the float64 scratch buffer: the gradient, plus room for the CSR step's marks."""
+    return 3 * n_features + 3
 
 
 @njit(cache=True, fastmath=True, nogil=True, inline="always")
@@ -111,6 +112,21 @@ def predict(w, X, n_classes):
     return out
 
 
+def sgd_step_csr(w, indptr, indices, data, d, y, idx, lr, l2, n_classes, scratch):
+    """One minibatch SGD step in place on CSR rows."""
+    _linear.csr_step(w, indptr, indices, data, d, y, idx, lr, l2, n_classes, scratch, _linear.LOGISTIC)
+
+
+def loss_sum_csr(w, indptr, indices, data, d, y, n_classes):
+    """Sum over all CSR rows of the logistic loss (no L2 term)."""
+    return _linear.csr_loss(w, indptr, indices, data, d, y, n_classes, _linear.LOGISTIC)
+
+
+def predict_csr(w, indptr, indices, data, d, n_classes):
+    """Predicted class per CSR row."""
+    return _linear.csr_predict(w, indptr, indices, data, d, n_classes, _linear.LOGISTIC)
+
+
 MODEL = Model(
     name="logistic",
     min_classes=2,
@@ -120,4 +136,8 @@ MODEL = Model(
     sgd_step=sgd_step,
     loss_sum=loss_sum,
     predict=predict,
+    sgd_step_csr=sgd_step_csr,
+    loss_sum_csr=loss_sum_csr,
+    predict_csr=predict_csr,
+    description="binary logistic regression",
 )

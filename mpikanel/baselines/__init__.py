@@ -1,0 +1,1 @@
+"""Baselines the sync models are compared against: Horovod-style allreduce SGD and scikit-learn SGD."""

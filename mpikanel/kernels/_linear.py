@@ -1,0 +1,340 @@
+"""Generic linear-model kernels (dense and CSR), specialised per loss by a small integer `kind`.
+
+Layout (every linear model): W^T as (d, U) row-major at w[:d*U] (feature j's U weights are
+adjacent: w[j*U + u], so a sparse row touches one cache line per stored entry), then one bias per
+unit at w[d*U:], with U = 1 unit for binary logistic and U = C units for the multiclass losses.
+
+kinds:  SOFTMAX  cross-entropy of softmax(z)                      (U = C)
+        HINGE    one-vs-rest hinge, sum_c max(0, 1 - t_c z_c), t_c = +1 if c == y else -1   (U = C)
+        SQUARED  one-vs-rest least squares, 0.5 sum_c (z_c - [c == y])^2                     (U = C)
+        LOGISTIC binary log(1 + exp(-s z)), s = 2y - 1                                       (U = 1)
+
+CSR steps touch only the features present in the minibatch, except the L2 decay, which
+(for l2 > 0) scales every weight: O(U*d) per step, like the dense delta the worker pushes today
+(a lazily applied scale factor would remove it once workers push sparse deltas).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from numba import njit
+
+from ._intrinsics import PREFETCH_ROWS, prefetch_row, prefetch_span
+
+SOFTMAX, HINGE, SQUARED, LOGISTIC = 0, 1, 2, 3
+
+
+@njit(cache=True, fastmath=True, nogil=True, inline="always")
+def _units(kind, C):
+    """Number of output units of a linear model."""
+    return 1 if kind == LOGISTIC else C
+
+
+@njit(cache=True, fastmath=True, nogil=True, inline="always")
+def _softplus(t):
+    """Overflow-free log(1 + exp(t))."""
+    if t > 0.0:
+        return t + math.log1p(math.exp(-t))
+    return math.log1p(math.exp(t))
+
+
+@njit(cache=True, fastmath=True, nogil=True, inline="always")
+def _check_label(kind, yi, C):
+    """Raise ValueError for a label outside the model's range."""
+    if kind == LOGISTIC:
+        if yi != 0 and yi != 1:
+            raise ValueError("logistic: labels must be 0 or 1")
+    elif yi < 0 or yi >= C:
+        raise ValueError("linear model: label out of range 0..n_classes-1")
+
+
+@njit(cache=True, fastmath=True, nogil=True, inline="always")
+def _residual(kind, z, U, yi):
+    """Overwrite z[:U] (the logits) with dloss/dz and return the sample's loss."""
+    if kind == LOGISTIC:
+        t = z[0]
+        if t >= 0.0:
+            e = math.exp(-t)
+            s = 1.0 / (1.0 + e)
+        else:
+            e = math.exp(t)
+            s = e / (1.0 + e)
+        loss = _softplus(-t if yi == 1 else t)
+        z[0] = s - yi
+        return loss
+    if kind == SOFTMAX:
+        zmax = z[0]
+        for c in range(1, U):
+            if z[c] > zmax:
+                zmax = z[c]
+        zy = z[yi]
+        s = 0.0
+        for c in range(U):
+            e = math.exp(z[c] - zmax)
+            z[c] = e
+            s += e
+        inv_s = 1.0 / s
+        for c in range(U):
+            z[c] *= inv_s
+        z[yi] -= 1.0
+        return zmax + math.log(s) - zy
+    loss = 0.0
+    if kind == HINGE:
+        for c in range(U):
+            t = 1.0 if c == yi else -1.0
+            m = t * z[c]
+            if m < 1.0:
+                loss += 1.0 - m
+                z[c] = -t
+            else:
+                z[c] = 0.0
+        return loss
+    for c in range(U):  # SQUARED
+        r = z[c] - (1.0 if c == yi else 0.0)
+        loss += 0.5 * r * r
+        z[c] = r
+    return loss
+
+
+@njit(cache=True, fastmath=True, nogil=True, inline="always")
+def _dense_logits(w, X, i, U, d, z):
+    """z[u] = W[:, u].x_i + b[u]."""
+    ud = U * d
+    if U == 1:
+        s = w[d]
+        for j in range(d):
+            s += w[j] * X[i, j]
+        z[0] = s
+        return
+    for u in range(U):
+        z[u] = w[ud + u]
+    for j in range(d):
+        xj = X[i, j]
+        off = j * U
+        for u in range(U):
+            z[u] += xj * w[off + u]
+
+
+@njit(cache=True, fastmath=True, nogil=True, inline="always")
+def _csr_logits(w, indptr, indices, data, i, U, d, z):
+    """z[u] = W[:, u].x_i + b[u] over the stored entries of row i."""
+    ud = U * d
+    for u in range(U):
+        z[u] = w[ud + u]
+    for p in range(indptr[i], indptr[i + 1]):
+        v = data[p]
+        off = indices[p] * U
+        for u in range(U):
+            z[u] += v * w[off + u]
+
+
+@njit(cache=True, fastmath=True, nogil=True)
+def dense_step(w, X, y, idx, lr, l2, C, scratch, kind):
+    """One minibatch SGD step in place on dense rows: w -= lr * (mean loss gradient + l2*weights)."""
+    d = X.shape[1]
+    U = _units(kind, C)
+    ud = U * d
+    nb = idx.shape[0]
+    if w.shape[0] != ud + U or scratch.shape[0] < ud + 2 * U:
+        raise ValueError("linear sgd_step: w or scratch has the wrong length")
+    if nb == 0:
+        return
+    g = scratch[: ud + U]
+    z = scratch[ud + U : ud + 2 * U]
+    for j in range(ud + U):
+        g[j] = 0.0
+    for k in range(min(PREFETCH_ROWS, nb)):
+        prefetch_row(X, idx[k])
+    for k in range(nb):
+        if k + PREFETCH_ROWS < nb:
+            prefetch_row(X, idx[k + PREFETCH_ROWS])
+        i = idx[k]
+        yi = y[i]
+        _check_label(kind, yi, C)
+        _dense_logits(w, X, i, U, d, z)
+        _residual(kind, z, U, yi)
+        nonzero = False
+        for u in range(U):
+            if z[u] != 0.0:
+                nonzero = True
+            g[ud + u] += z[u]
+        if nonzero:
+            if U == 1:
+                r = z[0]
+                for j in range(d):
+                    g[j] += r * X[i, j]
+            else:
+                for j in range(d):
+                    xj = X[i, j]
+                    off = j * U
+                    for u in range(U):
+                        g[off + u] += z[u] * xj
+    inv = 1.0 / nb
+    for j in range(ud):
+        w[j] -= lr * (g[j] * inv + l2 * w[j])
+    for u in range(U):
+        w[ud + u] -= lr * (g[ud + u] * inv)
+
+
+@njit(cache=True, fastmath=True, nogil=True)
+def dense_loss(w, X, y, C, kind):
+    """Sum over all rows of the loss (no L2 term)."""
+    n, d = X.shape
+    U = _units(kind, C)
+    if w.shape[0] != U * (d + 1):
+        raise ValueError("linear loss_sum: w has the wrong length")
+    z = np.empty(U, dtype=np.float64)
+    total = 0.0
+    for i in range(n):
+        yi = y[i]
+        _check_label(kind, yi, C)
+        _dense_logits(w, X, i, U, d, z)
+        total += _residual(kind, z, U, yi)
+    return total
+
+
+@njit(cache=True, fastmath=True, nogil=True, inline="always")
+def _argmax(z, U):
+    """Class of the largest score (first on ties); 1 unit: z > 0."""
+    if U == 1:
+        return 1 if z[0] > 0.0 else 0
+    best = 0
+    for u in range(1, U):
+        if z[u] > z[best]:
+            best = u
+    return best
+
+
+@njit(cache=True, fastmath=True, nogil=True)
+def dense_predict(w, X, C, kind):
+    """Predicted class per row: argmax of the scores (logistic: score > 0)."""
+    n, d = X.shape
+    U = _units(kind, C)
+    if w.shape[0] != U * (d + 1):
+        raise ValueError("linear predict: w has the wrong length")
+    z = np.empty(U, dtype=np.float64)
+    out = np.empty(n, dtype=np.int32)
+    for i in range(n):
+        _dense_logits(w, X, i, U, d, z)
+        out[i] = _argmax(z, U)
+    return out
+
+
+@njit(cache=True, fastmath=True, nogil=True, inline="always")
+def _prefetch_csr_row(indptr, indices, data, y, i):
+    """Prefetch the stored entries and the label of CSR row i (random minibatch rows miss the cache)."""
+    lo, hi = indptr[i], indptr[i + 1]
+    prefetch_span(indices, lo, hi)
+    prefetch_span(data, lo, hi)
+    prefetch_span(y, i, i + 1)
+
+
+@njit(cache=True, fastmath=True, nogil=True)
+def csr_step(w, indptr, indices, data, d, y, idx, lr, l2, C, scratch, kind):
+    """One minibatch SGD step in place on CSR rows; same update as dense_step.
+
+    Two passes: every row's residuals at the current w first (kept in scratch), then the scaled
+    rows are subtracted from w directly -- two random accesses per stored entry and unit, no
+    gradient buffer to clear.
+    """
+    U = _units(kind, C)
+    ud = U * d
+    nb = idx.shape[0]
+    if w.shape[0] != ud + U or scratch.shape[0] < U:
+        raise ValueError("linear sgd_step_csr: w or scratch has the wrong length")
+    if nb == 0:
+        return
+    if scratch.shape[0] >= nb * U + 2 * U:
+        r = scratch[: nb * U]
+        gb = scratch[nb * U : nb * U + U]
+        z = scratch[nb * U + U : nb * U + 2 * U]
+    else:  # batch larger than the scratch sizing assumed
+        r = np.empty(nb * U)
+        gb = np.empty(U)
+        z = np.empty(U)
+    for u in range(U):
+        gb[u] = 0.0
+    for k in range(min(2 * PREFETCH_ROWS, nb)):
+        prefetch_span(indptr, idx[k], idx[k] + 2)
+    for k in range(min(PREFETCH_ROWS, nb)):
+        _prefetch_csr_row(indptr, indices, data, y, idx[k])
+    for k in range(nb):
+        if k + 2 * PREFETCH_ROWS < nb:
+            i2 = idx[k + 2 * PREFETCH_ROWS]
+            prefetch_span(indptr, i2, i2 + 2)
+        if k + PREFETCH_ROWS < nb:
+            _prefetch_csr_row(indptr, indices, data, y, idx[k + PREFETCH_ROWS])
+        i = idx[k]
+        yi = y[i]
+        _check_label(kind, yi, C)
+        _csr_logits(w, indptr, indices, data, i, U, d, z)
+        _residual(kind, z, U, yi)
+        for u in range(U):
+            r[k * U + u] = z[u]
+            gb[u] += z[u]
+    inv = 1.0 / nb
+    if l2 != 0.0:
+        decay = lr * l2
+        for j in range(ud):
+            w[j] -= decay * w[j]
+    step = lr * inv
+    for k in range(nb):
+        i = idx[k]
+        base = k * U
+        nonzero = False
+        for u in range(U):
+            r[base + u] *= step
+            if r[base + u] != 0.0:
+                nonzero = True
+        if nonzero:
+            for p in range(indptr[i], indptr[i + 1]):
+                v = data[p]
+                off = indices[p] * U
+                for u in range(U):
+                    w[off + u] -= r[base + u] * v
+    for u in range(U):
+        w[ud + u] -= lr * (gb[u] * inv)
+
+
+@njit(cache=True, fastmath=True, nogil=True)
+def csr_loss(w, indptr, indices, data, d, y, C, kind):
+    """Sum over all CSR rows of the loss (no L2 term)."""
+    n = indptr.shape[0] - 1
+    U = _units(kind, C)
+    if w.shape[0] != U * (d + 1):
+        raise ValueError("linear loss_sum_csr: w has the wrong length")
+    z = np.empty(U, dtype=np.float64)
+    total = 0.0
+    for i in range(n):
+        yi = y[i]
+        _check_label(kind, yi, C)
+        _csr_logits(w, indptr, indices, data, i, U, d, z)
+        total += _residual(kind, z, U, yi)
+    return total
+
+
+@njit(cache=True, fastmath=True, nogil=True)
+def csr_predict(w, indptr, indices, data, d, C, kind):
+    """Predicted class per CSR row."""
+    n = indptr.shape[0] - 1
+    U = _units(kind, C)
+    if w.shape[0] != U * (d + 1):
+        raise ValueError("linear predict_csr: w has the wrong length")
+    z = np.empty(U, dtype=np.float64)
+    out = np.empty(n, dtype=np.int32)
+    for i in range(n):
+        _csr_logits(w, indptr, indices, data, i, U, d, z)
+        out[i] = _argmax(z, U)
+    return out
+
+
+def multi_n_params(n_features: int, n_classes: int) -> int:
+    """C units: C*d weights + C biases."""
+    return n_classes * (n_features + 1)
+
+
+def multi_scratch_size(n_features: int, n_classes: int) -> int:
+    """Gradient + logits, plus room for the CSR step's per-row residuals (batches of 2d/C rows; larger allocate)."""
+    return n_classes * (n_features + 1) + n_classes + 2 * n_features

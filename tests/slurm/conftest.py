@@ -1,0 +1,73 @@
+"""A real single-node SLURM for the job-script tests: started once per session, stopped at the end.
+
+`scripts/slurm-local.sh start DIR` installs Debian's slurm-wlm/munge if missing (root + apt) and
+starts munged, slurmctld and slurmd. Every test here is skipped, with the script's reason, where
+that cannot happen (not Linux, not root and no SLURM, no apt, daemons that do not come up).
+
+Knobs: MPIKANEL_SLURM_DIR (default /tmp/mpikanel-slurm-tests-UID), MPIKANEL_SLURM_PORTS
+("CTLD,SLURMD", default "6827,6828" so a cluster you started by hand on 6817/6818 is left alone),
+MPIKANEL_SLURM_SKIP=1 to skip these tests outright.
+"""
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from slurm_support import SCRIPT, Slurm, _run
+
+
+def _skip_reason(proc: subprocess.CompletedProcess) -> str:
+    lines = [ln for ln in (proc.stderr or "").splitlines() if ln.strip()]
+    return lines[-1] if lines else f"exit code {proc.returncode}"
+
+
+@pytest.fixture(scope="session")
+def slurm(tmp_path_factory) -> Slurm:
+    if os.environ.get("MPIKANEL_SLURM_SKIP"):
+        pytest.skip("MPIKANEL_SLURM_SKIP is set")
+    if not sys.platform.startswith("linux") or shutil.which("bash") is None:
+        pytest.skip("the SLURM tests need Linux and bash")
+    ctld_port, slurmd_port = os.environ.get("MPIKANEL_SLURM_PORTS", "6827,6828").split(",")
+    sdir = Path(os.environ.get("MPIKANEL_SLURM_DIR", f"/tmp/mpikanel-slurm-tests-{os.getuid()}"))
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("SLURM_", "SBATCH_", "SRUN_", "SALLOC_", "PMI_", "PMIX_", "HYDRA_", "OMPI_"))}
+    env.update(SLURM_LOCAL_CTLD_PORT=ctld_port, SLURM_LOCAL_SLURMD_PORT=slurmd_port)
+    t0 = time.monotonic()
+    was_up = _run(["bash", str(SCRIPT), "status", str(sdir)], env, 30).returncode == 0
+    proc = _run(["bash", str(SCRIPT), "start", str(sdir)], env, 420)
+    if proc.returncode != 0:
+        _run(["bash", str(SCRIPT), "stop", str(sdir)], env, 60)
+        pytest.skip(f"cannot start a local SLURM (scripts/slurm-local.sh start: {_skip_reason(proc)})")
+    conf = re.search(r"^export SLURM_CONF=(\S+)$", proc.stdout, re.M)
+    if not conf:
+        pytest.skip(f"scripts/slurm-local.sh start printed no SLURM_CONF: {proc.stdout!r}")
+    env["SLURM_CONF"] = conf.group(1)
+    sys.stderr.write(f"\n[slurm] cluster in {sdir} up after {time.monotonic() - t0:.1f}s\n")
+    try:
+        yield Slurm(dir=sdir, env=env)
+    finally:
+        if not was_up:
+            _run(["bash", str(SCRIPT), "stop", str(sdir)], env, 60)
+
+
+@pytest.fixture
+def jobdir(tmp_path: Path) -> Path:
+    """Where a test's job logs and results go; the job logs are printed when the test fails."""
+    return tmp_path
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    report = outcome.get_result()
+    jobdir = item.funcargs.get("jobdir") if hasattr(item, "funcargs") else None
+    if report.failed and jobdir is not None:
+        for log in sorted(Path(jobdir).glob("*.out")):
+            report.sections.append((f"job log {log.name}", log.read_text(errors="replace")[-6000:]))

@@ -1,0 +1,69 @@
+"""Helpers for the SLURM job-script tests: the cluster handle and bounded polling."""
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+import time
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+SCRIPT = ROOT / "scripts" / "slurm-local.sh"
+JOBS = ROOT / "jobs" / "slurm"
+FINISHED = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "BOOT_FAIL",
+            "DEADLINE", "PREEMPTED"}
+
+
+def _run(cmd: list[str], env: dict[str, str], timeout: float) -> subprocess.CompletedProcess:
+    try:
+        return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired as exc:
+        return subprocess.CompletedProcess(cmd, 124, exc.stdout or "", f"timed out after {timeout}s")
+
+
+@dataclass
+class Slurm:
+    """The running test cluster and helpers to use it, every call bounded by a timeout."""
+
+    dir: Path
+    env: dict[str, str] = field(default_factory=dict)
+
+    def job_env(self, **extra: str) -> dict[str, str]:
+        """Environment for sbatch (exported into the job): the project's Python, a warm numba cache."""
+        env = dict(self.env)
+        env.update(MPIKANEL_PYTHON=sys.executable,
+                   MPIKANEL_MPIEXEC=str(Path(sys.executable).parent / "mpiexec"),
+                   NUMBA_CACHE_DIR=os.environ.get("NUMBA_CACHE_DIR", str(ROOT / ".numba-cache")))
+        env.update(extra)
+        return env
+
+    def cmd(self, *args: str, timeout: float = 20, check: bool = True) -> subprocess.CompletedProcess:
+        proc = _run(list(args), self.env, timeout)
+        if check and proc.returncode != 0:
+            pytest.fail(f"{' '.join(args)} -> rc {proc.returncode}\n{proc.stdout}\n{proc.stderr}")
+        return proc
+
+    def job(self, job_id: str) -> dict[str, str]:
+        """`scontrol show job` as a dict ({} once SLURM forgot the job; MinJobAge=60 s here)."""
+        proc = self.cmd("scontrol", "-o", "show", "job", job_id, check=False)
+        if proc.returncode != 0:
+            return {}
+        return dict(re.findall(r"(\w+)=(\S*)", proc.stdout.splitlines()[0] if proc.stdout else ""))
+
+    def wait_for(self, what: str, predicate, timeout: float, interval: float = 0.5):
+        """Poll predicate() until it returns something truthy; fail after timeout seconds."""
+        deadline = time.monotonic() + timeout
+        while True:
+            value = predicate()
+            if value:
+                return value
+            if time.monotonic() > deadline:
+                pytest.fail(f"timed out after {timeout:.0f}s waiting for {what}")
+            time.sleep(interval)
+
+    def cancel(self, job_id: str) -> None:
+        self.cmd("scancel", job_id, check=False)

@@ -1,0 +1,166 @@
+"""The job scripts in jobs/slurm/, submitted as they are to a real single-node SLURM (conftest.py).
+
+Sizes are tiny (two or three ranks, 20000 synthetic rows) and come in through the scripts' own
+knobs (MPIKANEL_ARGS, MPIKANEL_RUN_DIR, ... exported by sbatch), never through test-only code.
+
+The signal tests trigger the checkpoint with `scancel --signal=USR1 --batch JOB`: exactly what
+`#SBATCH --signal=B:USR1@T` does at T seconds before the limit (signal the batch shell, whose trap
+forwards it to srun/mpiexec, which forward it to every rank). SLURM (22.05) holds a requeued batch
+job for ~121 s (BeginTime); the tests release it with `scontrol update jobid=N starttime=now`, as an
+operator could, instead of waiting.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from slurm_support import FINISHED, JOBS, ROOT, Slurm
+
+SMALL = "--synthetic-rows 20000 --epochs 1"
+FAKE = Path(__file__).with_name("fake_python.sh")
+# rank 0 prints one of these once the signal handlers are installed (the real CLI: "no checkpoint
+# in DIR; starting fresh" / "resumed from ..."; the fake: "training started")
+STARTED = re.compile(r"starting fresh|resumed from|training started")
+
+
+def _sbatch_wait(slurm: Slurm, jobdir: Path, script: str, *opts: str, env: dict[str, str],
+                 args: tuple[str, ...] = (), timeout: float = 150) -> subprocess.CompletedProcess:
+    """`sbatch --wait` a job script; its exit code is the job's."""
+    cmd = ["sbatch", "--wait", "--time=5", f"--output={jobdir}/%x-%j.out", *opts, str(JOBS / script), *args]
+    try:
+        return subprocess.run(cmd, env=env, cwd=jobdir, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        slurm.cmd("scancel", "--name", Path(script).stem, check=False)
+        pytest.fail(f"{' '.join(cmd)} did not finish in {timeout}s")
+
+
+def _logs(jobdir: Path) -> str:
+    return "\n".join(p.read_text(errors="replace") for p in sorted(jobdir.glob("*.out")))
+
+
+@pytest.mark.timeout(200)
+@pytest.mark.parametrize("launcher", ["srun", "mpiexec"])
+def test_train_job_completes(slurm: Slurm, jobdir: Path, launcher: str) -> None:
+    t0 = time.monotonic()
+    env = slurm.job_env(MPIKANEL_LAUNCHER=launcher, MPIKANEL_RUN_DIR=str(jobdir / "run"), MPIKANEL_ARGS=SMALL)
+    proc = _sbatch_wait(slurm, jobdir, "train.sbatch", "--ntasks=3", env=env, args=("--sync", "ssp"))
+    assert proc.returncode == 0, f"{proc.stdout}{proc.stderr}\n{_logs(jobdir)}"
+    summary = json.loads((jobdir / "run" / "summary.json").read_text())
+    assert summary["sync"] == "ssp" and summary["workers"] == 2
+    assert f"launcher {launcher}" in _logs(jobdir)
+    assert "training exited with code 0" in _logs(jobdir)
+    sys.stderr.write(f"[slurm] train.sbatch ({launcher}) took {time.monotonic() - t0:.1f}s\n")
+
+
+@pytest.mark.timeout(240)
+def test_sweep_array_completes(slurm: Slurm, jobdir: Path) -> None:
+    t0 = time.monotonic()
+    results = jobdir / "results"
+    env = slurm.job_env(MPIKANEL_SYNCS="bsp asp", MPIKANEL_SEEDS="0 1", MPIKANEL_RESULTS=str(results),
+                        MPIKANEL_ARGS=SMALL)
+    proc = _sbatch_wait(slurm, jobdir, "sweep.sbatch", "--array=0-3", "--ntasks=2",
+                        f"--output={jobdir}/%x-%A_%a.out", env=env, timeout=200)
+    assert proc.returncode == 0, f"{proc.stdout}{proc.stderr}\n{_logs(jobdir)}"
+    found = sorted(p.name for p in results.glob("*.json"))
+    assert found == ["asp-seed0.json", "asp-seed1.json", "bsp-seed0.json", "bsp-seed1.json"], found
+    for path in results.glob("*.json"):
+        assert json.loads(path.read_text())["sync"] == path.name.split("-")[0]
+    assert not list(results.glob("*.tmp-*"))
+    sys.stderr.write(f"[slurm] sweep.sbatch (4 array tasks) took {time.monotonic() - t0:.1f}s\n")
+
+
+def _signal_requeue_resume(slurm: Slurm, jobdir: Path, env: dict[str, str], ntasks: int,
+                           timeout: float) -> tuple[str, str, dict[str, str]]:
+    """Submit checkpointed.sbatch with `sbatch --wait`, signal it once training runs, release the
+    requeued job, and wait for the end; returns (job id, the job's log, its final scontrol record)."""
+    name = f"ckpt-{uuid.uuid4().hex[:8]}"
+    cmd = ["sbatch", "--wait", "--time=5", f"--ntasks={ntasks}", f"--job-name={name}",
+           f"--output={jobdir}/%x-%j.out", str(JOBS / "checkpointed.sbatch")]
+    deadline = time.monotonic() + timeout
+    waiter = subprocess.Popen(cmd, env=env, cwd=jobdir, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    job_id = ""
+    try:
+        job_id = slurm.wait_for("the job id", lambda: slurm.cmd("squeue", "-h", "-n", name, "-o", "%i",
+                                                                 check=False).stdout.strip(), 20)
+        log = jobdir / f"{name}-{job_id}.out"
+        slurm.wait_for("training to start (log line)", lambda: log.exists() and STARTED.search(log.read_text()),
+                       max(5.0, deadline - time.monotonic() - 60))
+        time.sleep(1.0)   # let it train a little
+        slurm.cmd("scancel", "--signal=USR1", "--batch", job_id)
+        t_signal = time.monotonic()
+        # the first run checkpoints and exits 75; the script requeues the job (PENDING, Restarts=1)
+        rec = slurm.wait_for("the job to be requeued",
+                             lambda: (r := slurm.job(job_id)) and (int(r.get("Restarts", 0)) >= 1
+                                                                    or r.get("JobState") in FINISHED) and r,
+                             max(5.0, deadline - time.monotonic() - 30))
+        assert int(rec.get("Restarts", 0)) >= 1, f"not requeued: {rec}\n{log.read_text()}"
+        sys.stderr.write(f"[slurm] checkpointed + requeued {time.monotonic() - t_signal:.1f}s after the signal\n")
+        if rec.get("JobState") == "PENDING":
+            slurm.cmd("scontrol", "update", f"jobid={job_id}", "starttime=now")
+        out, _ = waiter.communicate(timeout=max(5.0, deadline - time.monotonic()))
+        assert waiter.returncode == 0, f"sbatch --wait -> {waiter.returncode}: {out}\n{log.read_text()}"
+        return job_id, log.read_text(), slurm.job(job_id)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"checkpointed job {job_id} did not finish in {timeout}s")
+    finally:
+        if waiter.poll() is None:
+            if job_id:
+                slurm.cancel(job_id)
+            waiter.kill()
+            waiter.wait(timeout=10)
+
+
+@pytest.mark.timeout(150)
+@pytest.mark.parametrize("launcher", ["srun", "mpiexec"])
+def test_signal_requeue_plumbing(slurm: Slurm, jobdir: Path, launcher: str) -> None:
+    """checkpointed.sbatch's trap/forward/requeue/resume with a stand-in trainer (fake_python.sh)
+    that keeps the CLI's contract: the signal must reach every rank through srun or mpiexec."""
+    ckpt = jobdir / "ckpt"
+    env = slurm.job_env(MPIKANEL_LAUNCHER=launcher, MPIKANEL_PYTHON=str(FAKE), MPIKANEL_CKPT_DIR=str(ckpt),
+                        FAKE_STEPS="60")
+    job_id, log, rec = _signal_requeue_resume(slurm, jobdir, env, ntasks=2, timeout=120)
+    assert "run 0: got SIGUSR1" in log
+    assert "fake rank 0: SIGUSR1" in log and "fake rank 1: SIGUSR1" in log, "every rank must get the signal"
+    assert "run 0: training exited with code 75" in log and f"requeued job {job_id}" in log
+    assert "run 1:" in log and "fake: resumed from" in log
+    assert "run 1: training exited with code 0" in log
+    assert json.loads((ckpt / "summary.json").read_text())["steps"] == 60
+    if rec:
+        assert rec["JobState"] == "COMPLETED" and rec["Restarts"] == "1", rec
+
+
+def _has_checkpoint_flags() -> bool:
+    proc = subprocess.run([sys.executable, "-m", "mpikanel.train", "--help"], capture_output=True, text=True,
+                          timeout=120, cwd=ROOT)
+    return "--checkpoint-dir" in proc.stdout
+
+
+@pytest.mark.timeout(220)
+def test_checkpointed_job_signal_requeue_resume(slurm: Slurm, jobdir: Path, request) -> None:
+    """The real trainer: SIGUSR1 -> checkpoint -> exit 75 -> requeue -> --resume latest -> done."""
+    if not _has_checkpoint_flags():
+        request.applymarker(pytest.mark.xfail(strict=False, reason="mpikanel.train has no --checkpoint-dir yet"))
+    t0 = time.monotonic()
+    ckpt = jobdir / "ckpt"
+    # ~15 s of training on 2 workers (a 3 ms pause per step), so the signal lands mid-run
+    args = "--synthetic-rows 20000 --epochs 8 --pause-prob 1 --pause-s 0.003"
+    env = slurm.job_env(MPIKANEL_CKPT_DIR=str(ckpt), MPIKANEL_CKPT_EVERY="0", MPIKANEL_ARGS=args)
+    job_id, log, rec = _signal_requeue_resume(slurm, jobdir, env, ntasks=3, timeout=180)
+    assert "run 0: got SIGUSR1" in log
+    assert "run 0: training exited with code 75" in log and f"requeued job {job_id}" in log, log
+    run1 = log[log.index("run 1:"):]
+    assert "resumed from" in run1, log
+    assert "run 1: training exited with code 0" in run1, log
+    summary = json.loads((ckpt / "summary.json").read_text())
+    assert summary.get("resumed_from", "present"), summary.get("resumed_from")
+    if rec:
+        assert rec["JobState"] == "COMPLETED" and rec["Restarts"] == "1", rec
+    sys.stderr.write(f"[slurm] checkpointed.sbatch (signal, requeue, resume) took {time.monotonic() - t0:.1f}s\n")
