@@ -10,7 +10,6 @@ import json
 import os
 import sys
 import time
-import traceback
 import types
 from dataclasses import dataclass
 from typing import Any, Callable, TypeVar
@@ -50,7 +49,7 @@ class Setup:
     test: BoundModel | None    # the server's test rows
 
 
-def _agree(comm, fn: Callable[[], T]) -> T:
+def agree(comm, fn: Callable[[], T]) -> T:
     """Run fn on every rank; if any rank raised InputError, raise the first on all ranks."""
     try:
         result, error = fn(), None
@@ -115,7 +114,7 @@ def setup(config: TrainConfig, comm) -> Setup:
         raise InputError("mpikanel needs at least 2 MPI ranks (1 server + workers); "
                          "run as: mpiexec -n 4 python -m mpikanel.train")
     n_workers = size - 1
-    described = _agree(comm, lambda: _describe_checked(config, n_workers) if rank == 0 else None)
+    described = agree(comm, lambda: _describe_checked(config, n_workers) if rank == 0 else None)
     info = comm.bcast(described and described[0], root=0)   # the Model itself is not pickled
     model = get_model(config.model, hidden=config.hidden, activation=config.activation)
     spec = data_spec(config)
@@ -126,7 +125,7 @@ def setup(config: TrainConfig, comm) -> Setup:
         start, stop = shard_range(info.n_rows, n_workers, rank - 1)
         return load_rows(spec, info, start, stop), None
 
-    shard, test = _agree(comm, load)
+    shard, test = agree(comm, load)
     if rank == 0:
         warmup(model)        # compile once into the cache, then the others load it
     comm.Barrier()
@@ -160,7 +159,7 @@ def train(config: TrainConfig | dict | None = None, comm=None, **overrides: Any)
         initial = params.copy()
         ckpt, resumed_from = None, None
         if config.resume:
-            loaded = _agree(comm, lambda: _load_resume(config, comm.Get_size(), s) if rank == 0 else None)
+            loaded = agree(comm, lambda: _load_resume(config, comm.Get_size(), s) if rank == 0 else None)
             ckpt, resumed_from = loaded if rank == 0 else (None, None)
             resumed_from = comm.bcast(resumed_from, root=0)
         my_state = None
@@ -385,34 +384,12 @@ class _progress:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """CLI: parse flags, train, print the summary; 2 on bad input, MPI Abort on failure."""
-    environment.prepare_environment()
-    guessed_rank = environment.env_rank()
-    try:
-        config = config_from_args(argv, print_errors=guessed_rank == 0)
-    except InputError as exc:
-        if guessed_rank == 0:
-            print(f"mpikanel: error: {exc}", file=sys.stderr)
-        return 2
-    from mpi4py import MPI
+    """CLI: parse flags, train, print the summary; 2 on bad input, 75 when stopped by a signal
+    after checkpointing, MPI Abort on failure."""
+    from .comm.cli import run_cli
 
-    world = MPI.COMM_WORLD
-    try:
-        summary = train(config, world)
-        if summary.get("stopped"):
-            return EXIT_CHECKPOINTED
-    except InputError as exc:   # raised identically on every rank during set-up
-        if world.Get_rank() == 0:
-            print(f"mpikanel: error: {exc}", file=sys.stderr, flush=True)
-        return 2
-    except BaseException as exc:  # noqa: BLE001 - any failure must end the whole job
-        rank = world.Get_rank()
-        # expected failures get one line; anything else is a bug and keeps its traceback
-        detail = "" if isinstance(exc, TrainingError) else "".join(traceback.format_exception(exc))
-        print(f"{detail}mpikanel: rank {rank} failed: {type(exc).__name__}: {exc}; aborting all ranks",
-              file=sys.stderr, flush=True)
-        world.Abort(1)
-    return 0
+    return run_cli("mpikanel", lambda config, world: EXIT_CHECKPOINTED if train(config, world)["stopped"] else 0,
+                   argv)
 
 
 class _CallableModule(types.ModuleType):

@@ -33,7 +33,7 @@ def test_converges_on_fashion_mnist(sync, tmp_path):
 
 
 def test_esp_skips_on_the_slow_link_only(tmp_path):
-    proc, s = run_train(4, "--sync", "esp", "--link-delay", "1:0.1", *HEAVY, tmp_path=tmp_path)
+    proc, s = run_train(4, "--sync", "esp", "--link-delay", "1:0.3", *HEAVY, tmp_path=tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert_no_lost_work(s)
     by_rank = {w["rank"]: w for w in s["per_worker"]}

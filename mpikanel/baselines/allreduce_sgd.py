@@ -21,36 +21,21 @@ from __future__ import annotations
 
 import sys
 import time
-import traceback
-from itertools import islice
 
 import numpy as np
 
 import mpikanel.comm  # noqa: F401  - MPICH heavy-yield and thread defaults before MPI starts
 from mpi4py import MPI  # noqa: E402
 
-from ..comm import environment  # noqa: E402
-from ..config import TrainConfig, config_from_args  # noqa: E402
+from ..config import TrainConfig  # noqa: E402
 from ..data import describe, load_rows, load_test, shard_range  # noqa: E402
 from ..errors import InputError, TrainingError  # noqa: E402
 from ..hetero import Injector, parse_hetero, sleep_for  # noqa: E402
 from ..kernels import BoundModel, bind, get_model, warmup  # noqa: E402
 from ..metrics import SnapshotRecorder, evaluate_curve  # noqa: E402
-from ..train import data_spec, hetero_spec  # noqa: E402
-from ..worker_loop import StepPlan, batches  # noqa: E402
+from ..train import agree, data_spec, hetero_spec  # noqa: E402
+from ..worker_loop import BatchCursor, StepPlan  # noqa: E402
 from .common import finish, make_summary  # noqa: E402
-
-
-def _collective(comm: MPI.Comm, fn):
-    """Run fn on every rank; raise the first InputError on all ranks if any rank raised one."""
-    try:
-        result, error = fn(), None
-    except InputError as exc:
-        result, error = None, str(exc)
-    errors = [e for e in comm.allgather(error) if e]
-    if errors:
-        raise InputError(errors[0])
-    return result
 
 
 def _setup(config: TrainConfig, comm: MPI.Comm) -> tuple[BoundModel, BoundModel | None, str]:
@@ -68,9 +53,9 @@ def _setup(config: TrainConfig, comm: MPI.Comm) -> tuple[BoundModel, BoundModel 
             raise InputError(f"{info.description} has {info.n_rows} training rows, fewer than {size} ranks")
         return info
 
-    info = comm.bcast(_collective(comm, check), root=0)
+    info = comm.bcast(agree(comm, check), root=0)
     start, stop = shard_range(info.n_rows, size, rank)
-    shard, test = _collective(comm, lambda: (load_rows(spec, info, start, stop),
+    shard, test = agree(comm, lambda: (load_rows(spec, info, start, stop),
                                              load_test(spec, info) if rank == 0 else None))
     if rank == 0:
         warmup(model)
@@ -88,7 +73,10 @@ def train(config: TrainConfig, comm: MPI.Comm) -> dict | None:
     plan = StepPlan(config.epochs, config.batch_size, config.lr, config.l2, shard.n_classes, config.max_steps)
     n_steps = comm.allreduce(plan.total_steps(shard.rows), op=MPI.MIN)
     n_params = shard.model.n_params(shard.X.shape[1], shard.n_classes)
-    params, local = np.zeros(n_params), np.zeros(n_params)
+    # the same start as mpikanel.train (zeros, or e.g. the MLP's seeded random weights)
+    params = np.ascontiguousarray(shard.model.init(n_params, shard.X.shape[1], shard.n_classes,
+                                                   np.random.default_rng([config.seed, 12345])), dtype=np.float64)
+    local = np.zeros(n_params)
     delta, summed = np.zeros(n_params), np.zeros(n_params)
     scratch = shard.scratch()
     injector = Injector(hetero_spec(config), rank + 1, size)
@@ -100,7 +88,9 @@ def train(config: TrainConfig, comm: MPI.Comm) -> dict | None:
     t_start = time.perf_counter()
     if recorder is not None:
         recorder.maybe_snapshot(0.0, params, 0)
-    for step, idx in enumerate(islice(batches(shard.rows, plan, rng), n_steps), start=1):
+    cursor = BatchCursor(shard.rows, plan, rng)
+    for step in range(1, n_steps + 1):
+        idx = cursor.next()
         t0 = time.perf_counter()
         local[:] = params
         shard.step(local, idx, plan.lr, plan.l2, scratch)
@@ -154,26 +144,13 @@ def _finish(config: TrainConfig, comm: MPI.Comm, shard: BoundModel, test: BoundM
 
 def main(argv: list[str] | None = None) -> int:
     """CLI: 2 on bad input (every rank), MPI Abort naming the rank on any failure during training."""
-    guessed_rank = environment.env_rank()
-    try:
-        config = config_from_args(argv, print_errors=guessed_rank == 0)
-    except InputError as exc:
-        if guessed_rank == 0:
-            print(f"allreduce_sgd: error: {exc}", file=sys.stderr)
-        return 2
-    world = MPI.COMM_WORLD
-    try:
+    from ..comm.cli import run_cli
+
+    def body(config, world) -> int:
         train(config, world)
-    except InputError as exc:
-        if world.Get_rank() == 0:
-            print(f"allreduce_sgd: error: {exc}", file=sys.stderr, flush=True)
-        return 2
-    except BaseException as exc:  # noqa: BLE001 - any failure must end the whole job
-        detail = "" if isinstance(exc, TrainingError) else "".join(traceback.format_exception(exc))
-        print(f"{detail}allreduce_sgd: rank {world.Get_rank()} failed: {type(exc).__name__}: {exc}; "
-              "aborting all ranks", file=sys.stderr, flush=True)
-        world.Abort(1)
-    return 0
+        return 0
+
+    return run_cli("allreduce_sgd", body, argv)
 
 
 if __name__ == "__main__":

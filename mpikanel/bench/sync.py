@@ -49,7 +49,13 @@ SCENARIOS: dict[str, dict[str, str]] = {
     "lognormal": {"slowdown": "lognormal:0.5"},
     "pauses": {"pause-prob": "0.05", "pause-s": "0.02"},
     "slow-link": {"link-delay": "1:0.03"},     # ~10x a ~3 ms exchange of the default workload
+    # one server, 15 workers, 100k parameters (800 kB per push and per reply): the server and
+    # the message volume are the bottleneck, which skipping exchanges relieves
+    "congested": {"synthetic-rows": "30000", "synthetic-features": "10000", "batch-size": "64",
+                  "epochs": "1"},
 }
+#: scenarios that need another rank count than --ranks
+SCENARIO_RANKS = {"congested": 16}
 WORKLOAD = {"synthetic-rows": "100000", "synthetic-features": "1000", "batch-size": "2048",
             "epochs": "20", "snapshot-interval": "0.1"}
 QUICK = {"synthetic-rows": "6000", "synthetic-features": "20", "batch-size": "64",
@@ -69,9 +75,10 @@ def _model_spec(text: str) -> str:
     name, _, arg = text.partition(":")
     if name not in SYNC_MODELS and name not in BASELINES:
         raise argparse.ArgumentTypeError(f"unknown model {text!r}; choose from "
-                                         f"{', '.join(SYNC_MODELS + tuple(BASELINES))} (ssp:S for staleness S)")
-    if arg and name != "ssp":
-        raise argparse.ArgumentTypeError(f"only ssp takes a parameter (ssp:S), got {text!r}")
+                                         f"{', '.join(SYNC_MODELS + tuple(BASELINES))} "
+                                         "(ssp:S, esp:inverse, psp:normalized)")
+    if arg and name not in MODEL_ARG:
+        raise argparse.ArgumentTypeError(f"only ssp:S, esp:SCALE and psp:AGGREGATE take a parameter, got {text!r}")
     return text
 
 
@@ -102,11 +109,18 @@ def _flags(values: dict[str, str]) -> list[str]:
     return out
 
 
+#: what the ':ARG' of a model spec sets: ssp:3 (staleness), esp:inverse (stale-delta scaling),
+#: psp:normalized (aggregation)
+MODEL_ARG = {"ssp": "--staleness", "esp": "--esp-scale", "psp": "--psp-aggregate"}
+
+
 def _model_flags(model: str) -> list[str]:
     name, _, arg = model.partition(":")
+    if name in BASELINES:
+        return []
     if name == "ssp":
-        return ["--sync", "ssp", "--staleness", arg or "3"]
-    return [] if name in BASELINES else ["--sync", name]
+        arg = arg or "3"
+    return ["--sync", name] + ([MODEL_ARG[name], arg] if arg and name in MODEL_ARG else [])
 
 
 def _execute(cmd: list[str], timeout: float) -> tuple[int | None, str]:
@@ -135,7 +149,8 @@ def _run_one(args: argparse.Namespace, out: Path, scenario: str, model: str, lr:
             cmd += ["--max-train-s", f"{args.sklearn_max_s:g}"]
     else:
         module = BASELINES.get(model, "mpikanel.train")
-        cmd = [find_mpiexec(), "-n", str(args.ranks), sys.executable, "-m", module, *common,
+        ranks = SCENARIO_RANKS.get(scenario, args.ranks)
+        cmd = [find_mpiexec(), "-n", str(ranks), sys.executable, "-m", module, *common,
                *_flags(SCENARIOS[scenario]), *_model_flags(model), "--scenario", scenario]
     t0 = time.perf_counter()
     code, err = _execute(cmd, args.timeout)

@@ -338,3 +338,35 @@ def multi_n_params(n_features: int, n_classes: int) -> int:
 def multi_scratch_size(n_features: int, n_classes: int) -> int:
     """Gradient + logits, plus room for the CSR step's per-row residuals (batches of 2d/C rows; larger allocate)."""
     return n_classes * (n_features + 1) + n_classes + 2 * n_features
+
+
+def linear_model(name: str, kind: int, description: str):
+    """The Model record of a multi-output linear model whose loss is `kind`.
+
+    The numba kernels above take `kind` as a runtime argument, so one compiled kernel serves
+    softmax, svm and lsq; these thin Python wrappers only bind it.
+    """
+    from .base import Model
+
+    def sgd_step(w, X, y, idx, lr, l2, n_classes, scratch):
+        dense_step(w, X, y, idx, lr, l2, n_classes, scratch, kind)
+
+    def loss_sum(w, X, y, n_classes):
+        return dense_loss(w, X, y, n_classes, kind)
+
+    def predict(w, X, n_classes):
+        return dense_predict(w, X, n_classes, kind)
+
+    def sgd_step_csr(w, indptr, indices, data, d, y, idx, lr, l2, n_classes, scratch):
+        csr_step(w, indptr, indices, data, d, y, idx, lr, l2, n_classes, scratch, kind)
+
+    def loss_sum_csr(w, indptr, indices, data, d, y, n_classes):
+        return csr_loss(w, indptr, indices, data, d, y, n_classes, kind)
+
+    def predict_csr(w, indptr, indices, data, d, n_classes):
+        return csr_predict(w, indptr, indices, data, d, n_classes, kind)
+
+    return Model(name=name, min_classes=2, max_classes=None, n_params=multi_n_params,
+                 scratch_size=multi_scratch_size, sgd_step=sgd_step, loss_sum=loss_sum, predict=predict,
+                 sgd_step_csr=sgd_step_csr, loss_sum_csr=loss_sum_csr, predict_csr=predict_csr,
+                 description=description)

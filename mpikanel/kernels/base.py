@@ -18,6 +18,9 @@ where d is the number of features (columns).
 
 Every model lays parameters out as "all L2-regularised weights first, then the biases";
 ``Model.n_weights(d, C)`` is the length of the regularised head.
+
+Workers push deltas of the whole vector for now; sparse push/pull would hook in at the worker
+loop's push (the CSR minibatch's columns say which weight rows changed, plus the biases).
 """
 
 from __future__ import annotations

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 from typing import Callable
 
-import numpy as np
 from numba import njit
 
 from . import _linear

@@ -48,7 +48,7 @@ class Slurm:
         return proc
 
     def job(self, job_id: str) -> dict[str, str]:
-        """`scontrol show job` as a dict ({} once SLURM forgot the job; MinJobAge=60 s here)."""
+        """`scontrol show job` as a dict ({} once SLURM forgot the job: MinJobAge=4 s here)."""
         proc = self.cmd("scontrol", "-o", "show", "job", job_id, check=False)
         if proc.returncode != 0:
             return {}
@@ -67,3 +67,18 @@ class Slurm:
 
     def cancel(self, job_id: str) -> None:
         self.cmd("scancel", job_id, check=False)
+
+    def job_processes_gone(self, job_id: str) -> bool:
+        """True once no slurmstepd of this job is left on this (the only) node: a requeued job
+        started while the previous run's step daemon still exits collides with it (srun's PMI2
+        then fails: 'failed to send temp kvs to compute nodes')."""
+        tag = f"[{job_id}.".encode()
+        for proc in Path("/proc").iterdir():
+            if proc.name.isdigit():
+                try:
+                    cmdline = (proc / "cmdline").read_bytes()
+                except OSError:
+                    continue
+                if cmdline.startswith(b"slurmstepd") and tag in cmdline:
+                    return False
+        return True

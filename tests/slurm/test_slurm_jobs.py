@@ -1,5 +1,8 @@
 """The job scripts in jobs/slurm/, submitted as they are to a real single-node SLURM (conftest.py).
 
+Run: .venv/bin/python -m pytest -q tests/slurm   (~1.5 min on 2 idle cores; skipped, with the reason,
+where scripts/slurm-local.sh cannot install or start SLURM)
+
 Sizes are tiny (two or three ranks, 20000 synthetic rows) and come in through the scripts' own
 knobs (MPIKANEL_ARGS, MPIKANEL_RUN_DIR, ... exported by sbatch), never through test-only code.
 
@@ -7,7 +10,8 @@ The signal tests trigger the checkpoint with `scancel --signal=USR1 --batch JOB`
 `#SBATCH --signal=B:USR1@T` does at T seconds before the limit (signal the batch shell, whose trap
 forwards it to srun/mpiexec, which forward it to every rank). SLURM (22.05) holds a requeued batch
 job for ~121 s (BeginTime); the tests release it with `scontrol update jobid=N starttime=now`, as an
-operator could, instead of waiting.
+operator could, once the first run's slurmstepd processes are gone and 3 s have passed (sooner, the
+new run collides with the old one's step daemons or revoked credential), instead of waiting.
 """
 from __future__ import annotations
 
@@ -46,7 +50,7 @@ def _logs(jobdir: Path) -> str:
     return "\n".join(p.read_text(errors="replace") for p in sorted(jobdir.glob("*.out")))
 
 
-@pytest.mark.timeout(200)
+@pytest.mark.timeout(200, func_only=True)
 @pytest.mark.parametrize("launcher", ["srun", "mpiexec"])
 def test_train_job_completes(slurm: Slurm, jobdir: Path, launcher: str) -> None:
     t0 = time.monotonic()
@@ -60,7 +64,7 @@ def test_train_job_completes(slurm: Slurm, jobdir: Path, launcher: str) -> None:
     sys.stderr.write(f"[slurm] train.sbatch ({launcher}) took {time.monotonic() - t0:.1f}s\n")
 
 
-@pytest.mark.timeout(240)
+@pytest.mark.timeout(240, func_only=True)
 def test_sweep_array_completes(slurm: Slurm, jobdir: Path) -> None:
     t0 = time.monotonic()
     results = jobdir / "results"
@@ -82,7 +86,8 @@ def _signal_requeue_resume(slurm: Slurm, jobdir: Path, env: dict[str, str], ntas
     """Submit checkpointed.sbatch with `sbatch --wait`, signal it once training runs, release the
     requeued job, and wait for the end; returns (job id, the job's log, its final scontrol record)."""
     name = f"ckpt-{uuid.uuid4().hex[:8]}"
-    cmd = ["sbatch", "--wait", "--time=5", f"--ntasks={ntasks}", f"--job-name={name}",
+    # --time/--signal: the script's own warning (B:USR1 300 s before the limit) must not fire here
+    cmd = ["sbatch", "--wait", "--time=15", "--signal=B:USR1@60", f"--ntasks={ntasks}", f"--job-name={name}",
            f"--output={jobdir}/%x-%j.out", str(JOBS / "checkpointed.sbatch")]
     deadline = time.monotonic() + timeout
     waiter = subprocess.Popen(cmd, env=env, cwd=jobdir, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
@@ -91,8 +96,15 @@ def _signal_requeue_resume(slurm: Slurm, jobdir: Path, env: dict[str, str], ntas
         job_id = slurm.wait_for("the job id", lambda: slurm.cmd("squeue", "-h", "-n", name, "-o", "%i",
                                                                  check=False).stdout.strip(), 20)
         log = jobdir / f"{name}-{job_id}.out"
-        slurm.wait_for("training to start (log line)", lambda: log.exists() and STARTED.search(log.read_text()),
-                       max(5.0, deadline - time.monotonic() - 60))
+
+        def started():
+            if log.exists() and STARTED.search(log.read_text()):
+                return True
+            if slurm.job(job_id).get("JobState") in FINISHED:
+                pytest.fail(f"job {job_id} ended before training started:\n{log.read_text()}")
+            return False
+
+        slurm.wait_for("training to start (log line)", started, max(5.0, deadline - time.monotonic() - 60))
         time.sleep(1.0)   # let it train a little
         slurm.cmd("scancel", "--signal=USR1", "--batch", job_id)
         t_signal = time.monotonic()
@@ -103,6 +115,15 @@ def _signal_requeue_resume(slurm: Slurm, jobdir: Path, env: dict[str, str], ntas
                              max(5.0, deadline - time.monotonic() - 30))
         assert int(rec.get("Restarts", 0)) >= 1, f"not requeued: {rec}\n{log.read_text()}"
         sys.stderr.write(f"[slurm] checkpointed + requeued {time.monotonic() - t_signal:.1f}s after the signal\n")
+        # Released too early, the new run collides with the old one's step daemons (srun's PMI2:
+        # "failed to send temp kvs") or with slurmd's revocation of the old credential, which has
+        # 1 s resolution ("Job credential revoked"): wait for both, then release the held job.
+        t_requeued = time.monotonic()
+        slurm.wait_for("the first run's step daemons to exit", lambda: slurm.job_processes_gone(job_id), 30)
+        time.sleep(max(0.0, t_requeued + 3.0 - time.monotonic()))
+        rec = slurm.wait_for("the requeued job to be pending",
+                             lambda: (r := slurm.job(job_id)) and r.get("JobState") in {"PENDING", "RUNNING", *FINISHED}
+                             and r, 30)
         if rec.get("JobState") == "PENDING":
             slurm.cmd("scontrol", "update", f"jobid={job_id}", "starttime=now")
         out, _ = waiter.communicate(timeout=max(5.0, deadline - time.monotonic()))
@@ -118,7 +139,7 @@ def _signal_requeue_resume(slurm: Slurm, jobdir: Path, env: dict[str, str], ntas
             waiter.wait(timeout=10)
 
 
-@pytest.mark.timeout(150)
+@pytest.mark.timeout(150, func_only=True)
 @pytest.mark.parametrize("launcher", ["srun", "mpiexec"])
 def test_signal_requeue_plumbing(slurm: Slurm, jobdir: Path, launcher: str) -> None:
     """checkpointed.sbatch's trap/forward/requeue/resume with a stand-in trainer (fake_python.sh)
@@ -143,8 +164,9 @@ def _has_checkpoint_flags() -> bool:
     return "--checkpoint-dir" in proc.stdout
 
 
-@pytest.mark.timeout(220)
-def test_checkpointed_job_signal_requeue_resume(slurm: Slurm, jobdir: Path, request) -> None:
+@pytest.mark.timeout(220, func_only=True)
+@pytest.mark.parametrize("launcher", ["srun", "mpiexec"])
+def test_checkpointed_job_signal_requeue_resume(slurm: Slurm, jobdir: Path, request, launcher: str) -> None:
     """The real trainer: SIGUSR1 -> checkpoint -> exit 75 -> requeue -> --resume latest -> done."""
     if not _has_checkpoint_flags():
         request.applymarker(pytest.mark.xfail(strict=False, reason="mpikanel.train has no --checkpoint-dir yet"))
@@ -152,15 +174,17 @@ def test_checkpointed_job_signal_requeue_resume(slurm: Slurm, jobdir: Path, requ
     ckpt = jobdir / "ckpt"
     # ~15 s of training on 2 workers (a 3 ms pause per step), so the signal lands mid-run
     args = "--synthetic-rows 20000 --epochs 8 --pause-prob 1 --pause-s 0.003"
-    env = slurm.job_env(MPIKANEL_CKPT_DIR=str(ckpt), MPIKANEL_CKPT_EVERY="0", MPIKANEL_ARGS=args)
+    env = slurm.job_env(MPIKANEL_LAUNCHER=launcher, MPIKANEL_CKPT_DIR=str(ckpt), MPIKANEL_CKPT_EVERY="0",
+                        MPIKANEL_ARGS=args)
     job_id, log, rec = _signal_requeue_resume(slurm, jobdir, env, ntasks=3, timeout=180)
     assert "run 0: got SIGUSR1" in log
     assert "run 0: training exited with code 75" in log and f"requeued job {job_id}" in log, log
     run1 = log[log.index("run 1:"):]
     assert "resumed from" in run1, log
     assert "run 1: training exited with code 0" in run1, log
+    assert "checkpoint" in log[:log.index("run 0: training exited")], "run 0 wrote no checkpoint"
     summary = json.loads((ckpt / "summary.json").read_text())
-    assert summary.get("resumed_from", "present"), summary.get("resumed_from")
+    assert summary.get("resumed_from", "present"), "the final summary says it did not resume"
     if rec:
         assert rec["JobState"] == "COMPLETED" and rec["Restarts"] == "1", rec
-    sys.stderr.write(f"[slurm] checkpointed.sbatch (signal, requeue, resume) took {time.monotonic() - t0:.1f}s\n")
+    sys.stderr.write(f"[slurm] checkpointed.sbatch ({launcher}: signal, requeue, resume) took {time.monotonic() - t0:.1f}s\n")

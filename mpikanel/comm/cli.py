@@ -1,0 +1,42 @@
+"""The shared shape of mpikanel's MPI command-line entry points: one place for exit codes."""
+from __future__ import annotations
+
+import sys
+import traceback
+from typing import Callable
+
+from ..config import TrainConfig, config_from_args
+from ..errors import InputError, TrainingError
+from . import environment
+
+
+def run_cli(prog: str, body: Callable[[TrainConfig, object], int], argv: list[str] | None = None) -> int:
+    """Parse flags, run body(config, COMM_WORLD) and map failures to exit codes.
+
+    2 for bad input (raised identically on every rank during set-up, printed once by rank 0);
+    any other exception prints a message naming the rank (with a traceback unless it is an
+    expected TrainingError) and aborts every rank, so a failure never leaves a job hanging.
+    """
+    environment.prepare_environment()
+    guessed_rank = environment.env_rank()
+    try:
+        config = config_from_args(argv, print_errors=guessed_rank == 0)
+    except InputError as exc:
+        if guessed_rank == 0:
+            print(f"{prog}: error: {exc}", file=sys.stderr)
+        return 2
+    from mpi4py import MPI
+
+    world = MPI.COMM_WORLD
+    try:
+        return body(config, world)
+    except InputError as exc:
+        if world.Get_rank() == 0:
+            print(f"{prog}: error: {exc}", file=sys.stderr, flush=True)
+        return 2
+    except BaseException as exc:  # noqa: BLE001 - any failure must end the whole job
+        detail = "" if isinstance(exc, TrainingError) else "".join(traceback.format_exception(exc))
+        print(f"{detail}{prog}: rank {world.Get_rank()} failed: {type(exc).__name__}: {exc}; "
+              "aborting all ranks", file=sys.stderr, flush=True)
+        world.Abort(1)
+        return 1
