@@ -16,7 +16,14 @@ from typing import Any, Callable, TypeVar
 
 import numpy as np
 
-from . import __version__
+from .signals import StopSignals
+
+# The CLI catches SIGTERM/SIGUSR1 from its first moment: SLURM may signal while the heavy
+# imports below (numba, h5py, mpi4py) are still loading, and a default handler would kill the
+# rank with 138/143 instead of checkpointing and exiting 75.
+_EARLY_SIGNALS = StopSignals(enabled=True) if __name__ == "__main__" else None
+
+from . import __version__  # noqa: E402
 from .comm import environment
 from .config import TrainConfig, config_from_args, make_config
 from .data import DataInfo, DataSpec, Shard, describe, load_rows, load_test, shard_range
@@ -136,7 +143,8 @@ def setup(config: TrainConfig, comm) -> Setup:
     return Setup(config, info, model, model.n_params(info.n_features, info.n_classes), plan, *bound)
 
 
-def train(config: TrainConfig | dict | None = None, comm=None, **overrides: Any) -> dict:
+def train(config: TrainConfig | dict | None = None, comm=None, _stop: StopSignals | None = None,
+          **overrides: Any) -> dict:
     """Train with the given config on `comm` (default COMM_WORLD, always duplicated).
 
     Collective over `comm`: call it on every rank. Returns the run summary (the same
@@ -149,7 +157,7 @@ def train(config: TrainConfig | dict | None = None, comm=None, **overrides: Any)
 
     config = make_config(config, **overrides)
     comm = (comm if comm is not None else MPI.COMM_WORLD).Dup()
-    stop = _StopSignals(enabled=bool(config.checkpoint_dir))
+    stop = _stop if _stop is not None else StopSignals(enabled=bool(config.checkpoint_dir))
     try:
         s = setup(config, comm)
         rank = comm.Get_rank()
@@ -184,7 +192,8 @@ def train(config: TrainConfig | dict | None = None, comm=None, **overrides: Any)
                            "elapsed_before_s": ckpt.elapsed_s if ckpt is not None else 0.0})
         return summary
     finally:
-        stop.restore()
+        if _stop is None:
+            stop.restore()
         comm.Free()
 
 
@@ -209,7 +218,7 @@ def _load_resume(config: TrainConfig, ranks: int, s: Setup):
     return ckpt, str(ckpt.path)
 
 
-def _serve(comm, s: Setup, params: np.ndarray, initial: np.ndarray, ckpt, stop: "_StopSignals"):
+def _serve(comm, s: Setup, params: np.ndarray, initial: np.ndarray, ckpt, stop: StopSignals):
     """Rank 0: run the parameter server; returns its stats, the snapshot recorder, the last checkpoint."""
     from .comm.server import ParameterServer
 
@@ -249,7 +258,7 @@ def _serve(comm, s: Setup, params: np.ndarray, initial: np.ndarray, ckpt, stop: 
     return stats, recorder, (written[-1] if written else None)
 
 
-def _work(comm, s: Setup, params: np.ndarray, rank: int, state: dict | None, stop: "_StopSignals") -> WorkerStats:
+def _work(comm, s: Setup, params: np.ndarray, rank: int, state: dict | None, stop: StopSignals) -> WorkerStats:
     """Ranks 1..N-1: train on this rank's shard."""
     from .comm.worker import WorkerClient
 
@@ -261,38 +270,6 @@ def _work(comm, s: Setup, params: np.ndarray, rank: int, state: dict | None, sto
     _, stats = run_worker(client, s.shard, params, s.plan, rng, rank, injector,
                           schedule_for(config, n_workers), resume=state)
     return stats
-
-
-class _StopSignals:
-    """SIGTERM/SIGUSR1 (what SLURM sends before a time limit) set a flag the run polls."""
-
-    SIGNALS = ("SIGTERM", "SIGUSR1")
-
-    def __init__(self, enabled: bool) -> None:
-        import signal
-        import threading
-
-        self.flag = False
-        self.previous: dict = {}
-        if enabled and threading.current_thread() is threading.main_thread():
-            for name in self.SIGNALS:
-                sig = getattr(signal, name, None)
-                if sig is not None:
-                    self.previous[sig] = signal.signal(sig, self._handle)
-
-    def _handle(self, signum, frame) -> None:
-        self.flag = True
-
-    def requested(self) -> bool:
-        """True once a stop signal arrived on this rank."""
-        return self.flag
-
-    def restore(self) -> None:
-        """Put the previous handlers back."""
-        import signal
-
-        for sig, handler in self.previous.items():
-            signal.signal(sig, handler)
 
 
 def _finish(comm, s: Setup, params: np.ndarray, initial: np.ndarray, stats: WorkerStats, server_stats,
@@ -388,8 +365,16 @@ def main(argv: list[str] | None = None) -> int:
     after checkpointing, MPI Abort on failure."""
     from .comm.cli import run_cli
 
-    return run_cli("mpikanel", lambda config, world: EXIT_CHECKPOINTED if train(config, world)["stopped"] else 0,
-                   argv)
+    stop = _EARLY_SIGNALS if _EARLY_SIGNALS is not None else StopSignals(enabled=True)
+
+    def body(config: TrainConfig, world) -> int:
+        if not config.checkpoint_dir:
+            stop.restore()            # nothing to checkpoint: signals end the job as usual
+            if stop.requested():
+                return 128 + 15
+        return EXIT_CHECKPOINTED if train(config, world, _stop=stop)["stopped"] else 0
+
+    return run_cli("mpikanel", body, argv)
 
 
 class _CallableModule(types.ModuleType):

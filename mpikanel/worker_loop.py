@@ -204,7 +204,7 @@ class _Worker:
         stats.wait_s += max(0.0, held)
         stats.comm_s += max(0.0, reply.blocked_s - reply.delayed_s - max(0.0, held))
         stats.injected_s += reply.delayed_s
-        if reply.checkpoint or reply.last:
+        if reply.checkpoint:
             self.client.send_state(self.capture(finished=reply.last))
         self.stopped = reply.stop
 

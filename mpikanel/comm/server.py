@@ -163,15 +163,15 @@ class ParameterServer:
         busy = self.book.n_waiting - len(released) + just_arrived - 1   # queue besides you
         stop = checkpoint and self._stop_after_ckpt
         flags = (Flag.CHECKPOINT if checkpoint else 0) | (Flag.STOP if stop else 0)
-        last = [w for w in released if self.book.last_push[w]]
+        # with checkpoints on, a finishing worker's final state is kept for later checkpoints
+        collect = [w for w in released if checkpoint or (self.checkpoints is not None and self.book.last_push[w])]
         for w in released:
-            self._reply(w, now, busy, flags)
+            self._reply(w, now, busy, flags | (Flag.CHECKPOINT if w in collect else 0))
             self.book.record_release(w)
             if self.book.active[w] and not stop:
                 self._recv[w].Start()
-        for w in released:
-            if checkpoint or w in last:
-                self.worker_states[w] = self.comm.recv(source=w + 1, tag=Tag.STATE)
+        for w in collect:
+            self.worker_states[w] = self.comm.recv(source=w + 1, tag=Tag.STATE)
         if checkpoint:
             self.checkpoints.write(self, self._ckpt_reason, final=False)
             self.checkpoints.written(time.perf_counter() - self._t_start, int(self.stats.steps.sum()))

@@ -16,7 +16,6 @@ new run collides with the old one's step daemons or revoked credential), instead
 from __future__ import annotations
 
 import json
-import os
 import re
 import subprocess
 import sys
