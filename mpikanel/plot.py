@@ -117,6 +117,29 @@ def _save(plt: Any, fig: Any, path: str | Path) -> None:
         plt.close(fig)
 
 
+def plot_psp_predictions(runs: Sequence[dict], path: str | Path) -> None:
+    """PSP runs: predicted vs actual arrival (seconds after each round's release) of every push."""
+    plt = _pyplot()
+    psp = [(label, run["summary"]["psp"]) for label, run in zip(_labels(runs), runs) if run["summary"].get("psp")]
+    if not psp:
+        raise InputError("no PSP run among the metrics files (nothing for --psp)")
+    fig, axes = plt.subplots(1, len(psp), figsize=(5 * len(psp), 4.5), squeeze=False, layout="constrained")
+    for ax, (label, rec) in zip(axes[0], psp):
+        predicted = np.array(rec["predicted_s"], dtype=float)
+        actual = np.array(rec["actual_s"], dtype=float)
+        ok = actual >= 0                              # -1: the worker did not push in that round
+        for w in range(predicted.shape[1] if predicted.ndim == 2 else 0):
+            m = ok[:, w]
+            ax.scatter(predicted[m, w] * 1e3, actual[m, w] * 1e3, s=10, label=f"worker {w + 1}")
+        hi = float(np.nanmax(np.concatenate([predicted[ok], actual[ok]]))) * 1e3 if ok.any() else 1.0
+        ax.plot([0, hi], [0, hi], "k--", lw=1, label="exact")
+        ax.set_xlabel("predicted arrival after release (ms)")
+        ax.set_ylabel("actual arrival (ms)")
+        ax.set_title(f"{label}: {rec['rounds']} rounds, {rec['fallback_rounds']} BSP fallback")
+        ax.legend(fontsize=7)
+    _save(plt, fig, path)
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The `python -m mpikanel.plot` argument parser."""
     p = argparse.ArgumentParser(prog="python -m mpikanel.plot",
@@ -124,6 +147,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("metrics", nargs="+", metavar="METRICS.h5", help="metrics files to compare")
     p.add_argument("-o", "--output", metavar="PATH", help="test loss vs wall time figure (.png/.svg/.pdf)")
     p.add_argument("--timeline", metavar="PATH", help="per-worker compute/comm/wait/injected figure")
+    p.add_argument("--psp", metavar="PATH", help="PSP runs: predicted vs actual arrival per round")
     p.add_argument("--target-loss", type=float, metavar="LOSS", help="draw a horizontal target line")
     p.add_argument("--logy", action="store_true", help="log-scale loss axis")
     p.add_argument("--title", help="title of the loss figure")
@@ -134,10 +158,10 @@ def main(argv: list[str] | None = None) -> int:
     """Command-line entry point; returns the exit code (2 on bad input)."""
     parser = build_parser()
     args = parser.parse_args(argv)
-    if not args.output and not args.timeline:
-        parser.error("nothing to draw: give -o PATH and/or --timeline PATH")
+    if not args.output and not args.timeline and not args.psp:
+        parser.error("nothing to draw: give -o PATH, --timeline PATH and/or --psp PATH")
     try:
-        for out in (args.output, args.timeline):
+        for out in (args.output, args.timeline, args.psp):
             if out:
                 _check_suffix(out)
         _pyplot()
@@ -146,6 +170,8 @@ def main(argv: list[str] | None = None) -> int:
             plot_loss_curves(runs, args.output, args.target_loss, args.logy, args.title)
         if args.timeline:
             plot_timeline(runs, args.timeline)
+        if args.psp:
+            plot_psp_predictions(runs, args.psp)
     except InputError as exc:
         print(f"{parser.prog}: error: {exc}", file=sys.stderr)
         return 2
