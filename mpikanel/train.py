@@ -23,12 +23,11 @@ from .signals import StopSignals
 # rank with 138/143 instead of checkpointing and exiting 75.
 _EARLY_SIGNALS = StopSignals(enabled=True) if __name__ == "__main__" else None
 
-from . import __version__  # noqa: E402
-from .comm import environment
-from .config import TrainConfig, config_from_args, make_config
+from .comm import environment  # noqa: E402,F401  - sets MPICH defaults before mpi4py starts MPI
+from .config import TrainConfig, make_config
 from .data import DataInfo, DataSpec, Shard, describe, load_rows, load_test, shard_range
 from . import checkpoint as ckpt_mod
-from .errors import InputError, TrainingError
+from .errors import InputError
 from .hetero import HeteroSpec, Injector, describe_hetero, parse_hetero
 from .kernels import BoundModel, Model, bind, get_model, warmup
 from .metrics import SnapshotRecorder, evaluate_curve, write_metrics
@@ -151,9 +150,6 @@ def train(config: TrainConfig | dict | None = None, comm=None, _stop: StopSignal
     dict on every rank). Raises InputError on every rank for bad input.
     """
     from mpi4py import MPI
-
-    from .comm.server import ParameterServer
-    from .comm.worker import WorkerClient
 
     config = make_config(config, **overrides)
     comm = (comm if comm is not None else MPI.COMM_WORLD).Dup()

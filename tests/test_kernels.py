@@ -378,6 +378,9 @@ def test_csr_container():
 # ---------------------------------------------------------------- user-defined models
 
 
+# A copy of examples/custom_model.py's kernels, on purpose: importing the example's own functions
+# under another module name collides in numba's on-disk cache with the example run as __main__
+# (the cached library wrapper refers to the user module by name).
 @njit(cache=True)
 def _sqhinge_grad(w, X, y, idx, n_classes, out):
     d = X.shape[1]
