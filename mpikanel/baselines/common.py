@@ -1,19 +1,234 @@
-"""What both baselines share: the run summary in the train summary's shape, and writing it out."""
+"""What the Allreduce-family baselines share: set-up, the training loop, the summary and its files.
+
+``allreduce_sgd`` (sum of the step deltas every step, the parameter server's BSP update) and
+``local_sgd`` (H local steps, then the average of the parameters) are one loop here,
+:func:`train_allreduce`, with two knobs: how many steps between Allreduces and the factor
+the summed deltas are multiplied by. Both use the same data shards, numba kernels,
+heterogeneity injection (the slowdown scales each step's *CPU* time, as on the parameter
+server's workers), shared work budget, validation split, metrics file and summary keys as
+``mpikanel.train``.
+"""
 from __future__ import annotations
 
 import json
+import math
+import os
 import platform
 import sys
+import time
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from .. import __version__
 from ..config import TrainConfig
-from ..hetero import describe_hetero
-from ..metrics import write_metrics
+from ..data import DataInfo, describe, load_rows, load_test, shard_range
+from ..errors import InputError, TrainingError
+from ..hetero import Injector, describe_hetero, parse_hetero, sleep_for
+from ..kernels import BoundModel, bind, get_model, warmup
+from ..metrics import SnapshotRecorder, evaluate_curve, write_metrics
 from ..summary import add_curve
-from ..train import hetero_spec
+from ..train import agree, data_spec, hetero_spec
+from ..worker_loop import BatchCursor, StepPlan
+
+
+def val_rows(n_rows: int, fraction: float) -> int:
+    """Validation rows held out at the end of the `n_rows` training rows (mpikanel.train's rule)."""
+    return int(round(fraction * n_rows))
+
+
+def steps_for_samples(rows: int, batch_size: int, samples: int) -> int:
+    """Steps a BatchCursor over `rows` rows needs to hand out at least `samples` samples."""
+    per_epoch = math.ceil(rows / batch_size)
+    full, rest = divmod(samples, rows)
+    return full * per_epoch + math.ceil(rest / batch_size)
+
+
+def budget_steps(config: TrainConfig, n_train: int, ranks: int, shard_rows: int) -> int:
+    """This rank's steps: an equal share of EPOCHS x training rows (shared), or EPOCHS passes (per-worker)."""
+    if config.budget == "per-worker":
+        n = config.epochs * math.ceil(shard_rows / config.batch_size)
+    else:
+        n = steps_for_samples(shard_rows, config.batch_size, math.ceil(config.epochs * n_train / ranks))
+    return n if config.max_steps is None else min(n, config.max_steps)
+
+
+@dataclass
+class Setup:
+    """What every rank agreed on: its bound shard; rank 0 also the test and validation rows."""
+
+    shard: BoundModel
+    test: BoundModel | None
+    val: BoundModel | None
+    description: str
+    n_train: int
+    n_classes: int
+
+
+def setup(config: TrainConfig, comm: Any) -> Setup:
+    """Validate, load this rank's shard of the training rows (rank 0 also test and validation), compile."""
+    size, rank = comm.Get_size(), comm.Get_rank()
+    model = get_model(config.model, hidden=config.hidden, activation=config.activation)
+    spec = data_spec(config)
+
+    def check() -> DataInfo | None:
+        if rank != 0:
+            return None
+        parse_hetero(hetero_spec(config), size)
+        info = describe(spec)
+        if info.n_rows - val_rows(info.n_rows, config.val_fraction) < size:
+            raise InputError(f"{info.description} has {info.n_rows} training rows, too few for {size} ranks")
+        return info
+
+    info = comm.bcast(agree(comm, check), root=0)
+    n_train = info.n_rows - val_rows(info.n_rows, config.val_fraction)
+    start, stop = shard_range(n_train, size, rank)
+
+    def load() -> tuple:
+        extra = (load_test(spec, info), load_rows(spec, info, n_train, info.n_rows) if n_train < info.n_rows
+                 else None) if rank == 0 else (None, None)
+        return (load_rows(spec, info, start, stop), *extra)
+
+    shard, test, val = agree(comm, load)
+    if rank == 0:
+        warmup(model)            # compile once into the cache, then the others load it
+    comm.Barrier()
+    if rank != 0:
+        warmup(model)
+    bound = [None if d is None else bind(model, d.X, d.y, info.n_classes) for d in (shard, test, val)]
+    return Setup(*bound, info.description, n_train, info.n_classes)
+
+
+def injected_step(shard: BoundModel, local: np.ndarray, idx: np.ndarray, plan: StepPlan, scratch: Any,
+                  injector: Injector) -> tuple[float, float]:
+    """One SGD step, then the injected slowdown on its CPU time (like worker_loop); (wall s, injected s)."""
+    t0, c0 = time.perf_counter(), time.thread_time()
+    shard.step(local, idx, plan.lr, plan.l2, scratch)
+    compute = time.perf_counter() - t0
+    slow = injector.compute_delay(time.thread_time() - c0)
+    sleep_for(slow)
+    return compute, slow
+
+
+def train_allreduce(config: TrainConfig, comm: Any, kind: str, every: int, scale: float,
+                    extra: dict | None = None) -> dict | None:
+    """Every rank trains; every `every` steps Allreduce(SUM) of the deltas, params += scale x sum.
+
+    Returns the summary on rank 0 (None elsewhere). Heterogeneity uses worker number rank+1.
+    """
+    from mpi4py import MPI
+
+    size, rank = comm.Get_size(), comm.Get_rank()
+    s = setup(config, comm)
+    plan = StepPlan(config.epochs, config.batch_size, config.lr, config.l2, s.n_classes, None)
+    n_steps = comm.allreduce(budget_steps(config, s.n_train, size, s.shard.rows), op=MPI.MAX)
+    n_params = s.shard.model.n_params(s.shard.X.shape[1], s.n_classes)
+    # the same start as mpikanel.train (zeros, or e.g. the MLP's seeded random weights)
+    params = np.ascontiguousarray(s.shard.model.init(n_params, s.shard.X.shape[1], s.n_classes,
+                                                     np.random.default_rng([config.seed, 12345])), dtype=np.float64)
+    local, delta, summed = params.copy(), np.zeros(n_params), np.zeros(n_params)
+    scratch = s.shard.scratch()
+    injector = Injector(hetero_spec(config), rank + 1, size)
+    cursor = BatchCursor(s.shard.rows, StepPlan(n_steps, config.batch_size, config.lr, config.l2, s.n_classes,
+                                                n_steps), np.random.default_rng([config.seed, rank + 1]))
+    recorder = SnapshotRecorder(config.snapshot_interval) if rank == 0 else None
+    reduce_s: list[float] = []
+    stats = {"rank": rank + 1, "mpi_rank": rank, "rows": s.shard.rows, "steps": 0, "pushes": 0, "samples": 0,
+             "compute_s": 0.0, "injected_s": 0.0, "slowdown": injector.factor}
+    load_before = os.getloadavg()[0]
+    comm.Barrier()
+    t_start = time.perf_counter()
+    if recorder is not None:
+        recorder.maybe_snapshot(0.0, params, 0)
+    for step in range(1, n_steps + 1):
+        idx = cursor.next()
+        compute, slow = injected_step(s.shard, local, idx, plan, scratch, injector)
+        stats["steps"] += 1
+        stats["samples"] += len(idx)
+        stats["compute_s"] += compute
+        stats["injected_s"] += slow
+        if step % every and step != n_steps:
+            continue
+        np.subtract(local, params, out=delta)
+        if not np.isfinite(delta.sum()):
+            raise TrainingError(f"rank {rank} produced non-finite parameters at step {step} "
+                                f"(learning rate {plan.lr} too high?)")
+        link = injector.link_delay(8 * n_params)
+        sleep_for(link)
+        stats["injected_s"] += link
+        t2 = time.perf_counter()
+        comm.Allreduce(delta, summed, op=MPI.SUM)
+        params += scale * summed
+        local[:] = params
+        t3 = time.perf_counter()
+        reduce_s.append(t3 - t2)
+        stats["pushes"] += 1
+        if recorder is not None:
+            recorder.maybe_snapshot(t3 - t_start, params, stats["pushes"])
+    wall = time.perf_counter() - t_start
+    if recorder is not None:
+        recorder.final(wall, params, stats["pushes"])
+    stats["load_avg"] = (load_before, os.getloadavg()[0])
+    return _finish(config, comm, s, kind, params, recorder, wall, stats, np.asarray(reduce_s), extra or {})
+
+
+def _finish(config: TrainConfig, comm: Any, s: Setup, kind: str, params: np.ndarray,
+            recorder: SnapshotRecorder | None, wall: float, stats: dict, reduce_s: np.ndarray,
+            extra: dict) -> dict | None:
+    """Split Allreduce time into comm and wait, gather train loss, evaluate and write on rank 0.
+
+    Per Allreduce the shortest duration over the ranks counts as communication (``comm_s``),
+    the rest of each rank's as waiting for slower ranks (``wait_s``).
+    """
+    from mpi4py import MPI
+
+    floor = np.array(comm.allgather(reduce_s)).min(axis=0) if reduce_s.size else np.zeros(0)
+    stats["comm_s"] = float(floor.sum())
+    stats["wait_s"] = float((reduce_s - floor).sum())
+    load_before, load_after = stats.pop("load_avg")
+    workers = comm.gather(stats, root=0)
+    losses = comm.gather((s.shard.loss_sum(params), s.shard.rows, s.shard.correct(params)), root=0)
+    if comm.Get_rank() != 0:
+        return None
+    add_step_time_rel(workers)
+    n_train = sum(x[1] for x in losses)
+    curve = evaluate_curves(recorder.snapshots, s.test, s.val)
+    summary = make_summary(kind, config, s.shard.model.name, comm.Get_size(), workers, wall, {
+        "data": s.description, "n_train": n_train, "n_test": s.test.rows, "n_val": 0 if s.val is None else s.val.rows,
+        "n_params": int(params.size), "train_loss": sum(x[0] for x in losses) / n_train,
+        "train_accuracy": sum(x[2] for x in losses) / n_train,
+        "test_loss": s.test.loss_sum(params) / s.test.rows, "test_accuracy": s.test.correct(params) / s.test.rows,
+        **_val_metrics(s.val, params), "deltas_sent": int(sum(w["pushes"] for w in workers)),
+        "budget": config.budget, "samples": int(sum(w["samples"] for w in workers)),
+        "samples_budget": config.epochs * s.n_train if config.budget == "shared" else None, "params_norm": float(np.linalg.norm(params)),
+        "load_avg_before": load_before, "load_avg_after": load_after, **extra},
+        mpi_library=MPI.Get_library_version().splitlines()[0])
+    finish(config, summary, curve)
+    return summary
+
+
+def _val_metrics(val: BoundModel | None, params: np.ndarray) -> dict:
+    if val is None:
+        return {"val_loss": None, "val_accuracy": None}
+    return {"val_loss": val.loss_sum(params) / val.rows, "val_accuracy": val.correct(params) / val.rows}
+
+
+def evaluate_curves(snapshots: list, test: BoundModel, val: BoundModel | None) -> dict[str, np.ndarray]:
+    """The test curve of the snapshots, plus val_loss and val_accuracy when there are validation rows."""
+    curve = evaluate_curve(snapshots, lambda p: test.loss_sum(p) / test.rows, lambda p: test.correct(p) / test.rows)
+    if val is not None:
+        v = evaluate_curve(snapshots, lambda p: val.loss_sum(p) / val.rows, lambda p: val.correct(p) / val.rows)
+        curve["val_loss"], curve["val_accuracy"] = v["test_loss"], v["test_accuracy"]
+    return curve
+
+
+def add_step_time_rel(workers: list[dict]) -> None:
+    """Each worker's realized seconds per step (compute + injected) relative to the fastest worker's."""
+    per_step = [(w["compute_s"] + w["injected_s"]) / max(w["steps"], 1) for w in workers]
+    fastest = min(per_step) if per_step else 0.0
+    for w, t in zip(workers, per_step):
+        w["step_time_rel"] = t / fastest if fastest > 0 else 1.0
 
 
 def make_summary(kind: str, config: TrainConfig, model: str, ranks: int, workers: list[dict],
