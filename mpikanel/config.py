@@ -28,11 +28,14 @@ class TrainConfig:
     data_dir: str | None = None
     test_data: str | None = None
     test_fraction: float = 0.1
+    val_fraction: float = 0.0
     n_features: int | None = None
     synthetic_rows: int = 100_000
     synthetic_features: int = 100
     synthetic_classes: int | None = None
     epochs: int = 3
+    budget: str = "shared"
+    time_budget: float | None = None
     max_steps: int | None = None
     lr: float = 0.1
     batch_size: int = 64
@@ -44,11 +47,14 @@ class TrainConfig:
     esp_scale: str = "none"
     psp_k_max: int = 8
     psp_aggregate: str = "sum"
+    psp_wait: str = "train"
     slowdown: str | None = None
     pause_prob: float = 0.0
     pause_s: float = 0.0
     link_delay: str | None = None
     link_bandwidth: str | None = None
+    server_delay: str | None = None
+    threads: int = 1
     metrics: str | None = None
     snapshot_interval: float = 0.25
     target_loss: float | None = None
@@ -87,6 +93,11 @@ class TrainConfig:
         return 2 if self.model == "logistic" else 10
 
 
+#: how the run's work is counted: the whole cluster's samples (server-enforced), or each worker's own epochs
+BUDGETS = ("shared", "per-worker")
+#: what a PSP worker does while its round closes: keep training (PSP) or idle (ZipLine-style ablation)
+PSP_WAITS = ("train", "idle")
+
 _POSITIVE = ("lr", "batch_size", "epochs", "synthetic_rows", "synthetic_features")
 
 
@@ -101,6 +112,16 @@ def _validate(c: TrainConfig) -> None:
         raise InputError(f"--staleness must be >= 0 (or inf), got {c.staleness}")
     if not (0 <= c.test_fraction < 1):
         raise InputError(f"--test-fraction must be in [0, 1), got {c.test_fraction}")
+    if not (0 <= c.val_fraction < 1):
+        raise InputError(f"--val-fraction must be in [0, 1), got {c.val_fraction}")
+    if c.budget not in BUDGETS:
+        raise InputError(f"--budget must be one of {', '.join(BUDGETS)}, got '{c.budget}'")
+    if c.time_budget is not None and not (c.time_budget > 0 and math.isfinite(c.time_budget)):
+        raise InputError(f"--time-budget must be a finite number of seconds > 0, got {c.time_budget}")
+    if c.psp_wait not in PSP_WAITS:
+        raise InputError(f"--psp-wait must be one of {', '.join(PSP_WAITS)}, got '{c.psp_wait}'")
+    if c.threads < 1:
+        raise InputError(f"--threads must be >= 1, got {c.threads}")
     if not (c.l2 >= 0 and math.isfinite(c.l2)):
         raise InputError(f"--l2 must be a finite number >= 0, got {c.l2}")
     if not math.isfinite(c.lr):
@@ -150,11 +171,19 @@ _HELP = {
     "data_dir": "directory of the Fashion-MNIST IDX files (default: Debian's dataset-fashion-mnist)",
     "test_data": "separate test set (same forms as --data)",
     "test_fraction": "use the last F of the rows as test set when no test set is given",
+    "val_fraction": "hold out the last F of the training rows as a validation set (its loss curve "
+                    "is recorded beside the test curve; 0 = none)",
     "n_features": "number of features of a libsvm file (default: largest index seen)",
     "synthetic_rows": "rows of the synthetic problem",
     "synthetic_features": "features of the synthetic problem",
     "synthetic_classes": "classes of the synthetic problem (default: 2 for logistic, else 10)",
-    "epochs": "passes over each worker's shard",
+    "epochs": "work budget in passes over the training rows: with --budget shared the server counts "
+              "the samples all workers process and ends the run when EPOCHS x rows are done; with "
+              "--budget per-worker each worker makes EPOCHS passes over its own shard",
+    "budget": "shared (the whole cluster processes EPOCHS x rows samples, fast workers doing more "
+              "of them) or per-worker (each worker EPOCHS passes over its shard)",
+    "time_budget": "also end the run after this many seconds of training (server wall time; every "
+                   "worker pushes its unsent work first)",
     "max_steps": "stop each worker after this many SGD steps",
     "lr": "SGD learning rate",
     "batch_size": "minibatch rows per SGD step",
@@ -167,12 +196,18 @@ _HELP = {
     "esp_scale": "ESP: scale a stale delta on the server: none, or inverse = 1/(1+staleness)",
     "psp_k_max": "PSP: most local steps a worker is planned per round, and most it trains while waiting",
     "psp_aggregate": "PSP: add the round's deltas as they are (sum) or each divided by its steps (normalized)",
+    "psp_wait": "PSP: while a round closes fast workers keep training (train) or idle (idle: the "
+                "ZipLine-style ablation)",
     "slowdown": "straggler injection: RANK:FACTOR[,RANK:FACTOR] (worker RANK takes FACTOR x its "
                 "compute time per step) or lognormal:SIGMA (seeded factor per worker)",
     "pause_prob": "per-step probability of a transient pause on each worker",
     "pause_s": "duration in seconds of a transient pause",
     "link_delay": "slow link: RANK:SECONDS[,...] added to each message to the server ('*' = all workers)",
     "link_bandwidth": "slow link: RANK:BYTES_PER_S[,...] bandwidth cap of messages to the server",
+    "server_delay": "congested server: service SECONDS added to every push the server handles, or "
+                    "lognormal:MEAN:SIGMA (seeded draw per push)",
+    "threads": "compute threads per worker (numba/BLAS); ranks are the parallelism, so 1 unless a "
+               "worker owns several cores",
     "metrics": "write the metrics file (HDF5: loss-vs-time curve, per-worker timings) to this path",
     "snapshot_interval": "seconds between parameter snapshots for the loss-vs-time curve",
     "target_loss": "report the wall time at which the test loss first reaches this value",
@@ -233,6 +268,10 @@ def build_parser(prog: str = "python -m mpikanel.train", print_errors: bool = Tr
             p.add_argument(flag, choices=("auto", "on", "off"), help=helptext)
         elif f.name == "psp_aggregate":
             p.add_argument(flag, choices=("sum", "normalized"), help=helptext)
+        elif f.name == "budget":
+            p.add_argument(flag, choices=BUDGETS, help=helptext)
+        elif f.name == "psp_wait":
+            p.add_argument(flag, choices=PSP_WAITS, help=helptext)
         elif f.name == "model":
             from .kernels import KERNELS  # registry at parse time: user models registered before count
             p.add_argument(flag, choices=tuple(KERNELS), help=helptext)

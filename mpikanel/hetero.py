@@ -15,6 +15,10 @@ Spec syntax (worker ranks are 1..n_workers; rank 0 is the server):
   applies to all workers; comma-separated entries; a rank's own entry wins over ``*``.
 * ``link_bandwidth``: ``"2:50e6"`` caps rank 2 at 50e6 bytes/s (added delay = nbytes / bw);
   same ``*`` and comma rules.
+* ``server_delay`` (the server, rank 0): ``"0.002"`` adds 2 ms of service time to every push the
+  server handles (it sleeps, so pushes queue behind it like on a congested server), or
+  ``"lognormal:MEAN:SIGMA"``: MEAN x exp(N(0, SIGMA^2) - SIGMA^2/2) per push (mean MEAN), drawn
+  from (seed, push index) only.
 """
 from __future__ import annotations
 
@@ -29,6 +33,7 @@ from .errors import InputError
 _MASK64 = (1 << 64) - 1
 _PAUSE_STREAM = 0x70617573          # "paus": separates the pause draws from other streams
 _LOGNORMAL_STREAM = 0x6C6F676E      # "logn"
+_SERVICE_STREAM = 0x73727663        # "srvc"
 
 
 @dataclass(frozen=True)
@@ -242,3 +247,36 @@ def sleep_for(seconds: float) -> None:
     """Sleep `seconds` with time.sleep (yields the CPU; never busy-waits); <= 0 returns at once."""
     if seconds > 0:
         time.sleep(seconds)
+
+
+class ServerDelay:
+    """Seeded service time per push handled by the server (a congested server on few ranks)."""
+
+    def __init__(self, text: str, seed: int = 0) -> None:
+        self.mean, self.sigma = parse_server_delay(text)
+        self.seed = seed
+
+    def draw(self, index: int) -> float:
+        """Service seconds of the server's `index`-th push (depends only on seed and index)."""
+        if self.sigma == 0.0:
+            return self.mean
+        u1 = max(uniform_draw(self.seed, 0, index, _SERVICE_STREAM), 1e-300)
+        u2 = uniform_draw(self.seed, 1, index, _SERVICE_STREAM)
+        z = math.sqrt(-2.0 * math.log(u1)) * math.cos(2.0 * math.pi * u2)     # Box-Muller
+        return self.mean * math.exp(self.sigma * z - 0.5 * self.sigma ** 2)
+
+
+def parse_server_delay(text: str) -> tuple[float, float]:
+    """(mean seconds, lognormal sigma) of a --server-delay spec; InputError if malformed."""
+    parts = [p.strip() for p in text.strip().split(":")]
+    if parts[0].lower() == "lognormal":
+        if len(parts) != 3:
+            raise InputError(f"--server-delay: expected lognormal:MEAN:SIGMA, got {text!r}")
+        mean, sigma = _number("server-delay", parts[1], text), _number("server-delay", parts[2], text)
+    elif len(parts) == 1:
+        mean, sigma = _number("server-delay", parts[0], text), 0.0
+    else:
+        raise InputError(f"--server-delay: expected SECONDS or lognormal:MEAN:SIGMA, got {text!r}")
+    if not (math.isfinite(mean) and mean >= 0 and math.isfinite(sigma) and sigma >= 0):
+        raise InputError(f"--server-delay: seconds and sigma must be finite numbers >= 0, got {text!r}")
+    return mean, sigma

@@ -9,7 +9,8 @@ Metrics file layout (HDF5)::
                      (sync, model, workers, seed, scenario, command_line, versions, ...);
                      str/int/float/bool attrs are stored natively, anything else as JSON text
                      (their names are listed in the root attr ``json_attrs``)
-    /curve/NAME      1-D datasets: time_s, version, test_loss, test_accuracy (and any extra keys)
+    /curve/NAME      1-D datasets: time_s, version, test_loss, test_accuracy, and val_loss,
+                     val_accuracy when the run held out validation rows (and any extra keys)
     /workers/KEY     1-D datasets, one entry per worker, for every key whose value is numeric in
                      every worker dict (rank, steps, pushes, compute_s, comm_s, wait_s, injected_s, ...);
                      the group attr ``keys`` (JSON) keeps their order
@@ -89,24 +90,24 @@ class SnapshotRecorder:
 
 
 def evaluate_curve(snapshots: Iterable[Snapshot], loss_fn: Callable[[np.ndarray], float],
-                   acc_fn: Callable[[np.ndarray], float] | None) -> dict[str, np.ndarray]:
-    """Evaluate each snapshot (params as float64) into arrays time_s, version, test_loss, test_accuracy."""
+                   acc_fn: Callable[[np.ndarray], float] | None, prefix: str = "test") -> dict[str, np.ndarray]:
+    """Evaluate each snapshot (params as float64) into arrays time_s, version, PREFIX_loss, PREFIX_accuracy."""
     snaps = list(snapshots)
     curve = {
         "time_s": np.array([s.time_s for s in snaps], dtype=np.float64),
         "version": np.array([s.version for s in snaps], dtype=np.int64),
-        "test_loss": np.empty(len(snaps), dtype=np.float64),
-        "test_accuracy": np.full(len(snaps), np.nan, dtype=np.float64),
+        f"{prefix}_loss": np.empty(len(snaps), dtype=np.float64),
+        f"{prefix}_accuracy": np.full(len(snaps), np.nan, dtype=np.float64),
     }
     for i, s in enumerate(snaps):
         params = np.ascontiguousarray(s.params, dtype=np.float64)
-        curve["test_loss"][i] = float(loss_fn(params))
+        curve[f"{prefix}_loss"][i] = float(loss_fn(params))
         if acc_fn is not None:
-            curve["test_accuracy"][i] = float(acc_fn(params))
+            curve[f"{prefix}_accuracy"][i] = float(acc_fn(params))
     return curve
 
 
-def time_to_target(time_s: Any, loss: Any, target: float) -> float | None:
+def first_touch(time_s: Any, loss: Any, target: float) -> float | None:
     """First time the loss reaches <= target, linearly interpolated between snapshots; None if never.
 
     If the first snapshot already meets the target its time is returned; a NaN loss never
@@ -115,9 +116,25 @@ def time_to_target(time_s: Any, loss: Any, target: float) -> float | None:
     t = np.asarray(time_s, dtype=np.float64)
     y = np.asarray(loss, dtype=np.float64)
     hits = np.flatnonzero(y <= target)
-    if hits.size == 0:
+    return None if hits.size == 0 else _crossing(t, y, int(hits[0]), target)
+
+
+def time_to_target(time_s: Any, loss: Any, target: float) -> float | None:
+    """Time after which the loss *stays* <= target for the rest of the run; None if the run ends above.
+
+    The crossing into the final run of snapshots at or below the target, linearly interpolated
+    like :func:`first_touch` (a run that dips below and comes back up has not reached it then).
+    """
+    t = np.asarray(time_s, dtype=np.float64)
+    y = np.asarray(loss, dtype=np.float64)
+    if y.size == 0 or not y[-1] <= target:
         return None
-    i = int(hits[0])
+    above = np.flatnonzero(~(y <= target))      # NaN counts as above
+    return _crossing(t, y, int(above[-1]) + 1 if above.size else 0, target)
+
+
+def _crossing(t: np.ndarray, y: np.ndarray, i: int, target: float) -> float:
+    """Interpolated time the loss crossed down to `target` between snapshot i-1 and i."""
     if i == 0 or not math.isfinite(y[i - 1]) or y[i - 1] == y[i]:
         return float(t[i])
     frac = (y[i - 1] - target) / (y[i - 1] - y[i])

@@ -154,6 +154,7 @@ class PSP(BSP):
     """
 
     name = "psp"
+    lockstep = False
 
     def __init__(self, n_workers: int, k_max: int = 8, aggregate: str = "sum",
                  fallback_error: float = 0.5, window: int = 5, error_rounds: int = 3,

@@ -23,6 +23,7 @@ class WorkerState:
     """Measured state a schedule decides from; the training loop maintains it."""
 
     unsent_steps: int = 0           # local steps whose delta has not been pushed
+    unsent_samples: int = 0         # training samples in those steps (counted against the budget)
     unsent_compute_s: float = 0.0   # compute seconds of those steps
     steps_since_reply: int = 0      # steps since the last reply arrived
     pending: bool = False           # an exchange is in flight
@@ -90,10 +91,13 @@ class PspSchedule(Schedule):
     """
 
     max_wait_steps: int = 8
+    train_while_waiting: bool = True    # False: the ZipLine-style ablation (idle until the reply)
     name = "psp"
 
     def decide(self, st: WorkerState) -> Action:
         if st.pending:
+            if not self.train_while_waiting:
+                return Action.WAIT
             limit = min(self.max_wait_steps, st.plan)
             return Action.WAIT if st.steps_while_pending >= limit else Action.CONTINUE
         return Action.PUSH if st.steps_since_reply >= st.plan else Action.CONTINUE

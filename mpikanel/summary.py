@@ -18,19 +18,22 @@ def evaluate(s: Any, params: np.ndarray, initial: np.ndarray, losses: list[tuple
     loss_sum = sum(x[0] for x in losses)
     n_train = sum(x[1] for x in losses)
     correct = sum(x[2] for x in losses)
-    test_loss = test_acc = None
-    n_test = 0 if s.test is None else s.test.rows
-    if n_test:
-        test_loss = s.test.loss_sum(params) / n_test
-        test_acc = s.test.correct(params) / n_test
+    test_loss, test_acc, n_test = _score(s.test, params)
+    val_loss, val_acc, n_val = _score(getattr(s, "val", None), params)
     applied = params - initial             # sum of every delta added to the parameters
     received = applied if server_stats.unapplied is None else applied + server_stats.unapplied
     sent_norm = float(np.linalg.norm(produced))
     mismatch = float(np.linalg.norm(produced - received)) / max(sent_norm, 1e-300)
+    per_step = [(w["compute_s"] + w["injected_s"]) / w["steps"] for w in workers if w["steps"]]
+    fastest = min(per_step) if per_step else 0.0
     for i, w in enumerate(workers):
         n = max(int(server_stats.pushes[i]), 1)
         w["staleness_mean"] = float(server_stats.staleness_sum[i]) / n
         w["staleness_max"] = int(server_stats.staleness_max[i])
+        # realized seconds per step (compute + injection) relative to the fastest worker: what
+        # the injection plus CPU contention actually produced
+        mine = (w["compute_s"] + w["injected_s"]) / w["steps"] if w["steps"] else 0.0
+        w["step_time_rel"] = mine / fastest if fastest > 0 else 1.0
     deltas_sent = int(sum(w["pushes"] for w in workers))
     return {
         "sync": s.config.sync,
@@ -48,6 +51,13 @@ def evaluate(s: Any, params: np.ndarray, initial: np.ndarray, losses: list[tuple
         "train_accuracy": correct / max(n_train, 1),
         "test_loss": test_loss,
         "test_accuracy": test_acc,
+        "n_val": n_val,
+        "val_loss": val_loss,
+        "val_accuracy": val_acc,
+        "budget": s.config.budget,
+        "samples": int(sum(w["samples"] for w in workers)),
+        "samples_budget": (int(s.config.epochs * getattr(s, "train_rows", n_train))
+                           if s.config.budget == "shared" else None),
         "deltas_sent": deltas_sent,
         "deltas_applied": int(server_stats.deltas_applied),
         "delta_sum_norm_sent": sent_norm,
@@ -57,6 +67,7 @@ def evaluate(s: Any, params: np.ndarray, initial: np.ndarray, losses: list[tuple
         "params_sha256": hashlib.sha256(np.ascontiguousarray(params).tobytes()).hexdigest(),
         "pushes_per_s": deltas_sent / wall if wall > 0 else 0.0,
         "server_busy_s": server_stats.busy_s,
+        "server_service_s": float(getattr(server_stats, "service_s", 0.0)),
         "per_worker": workers,
         "config": s.config.to_dict(),
         "versions": {"mpikanel": __version__, "python": platform.python_version(),
@@ -64,14 +75,24 @@ def evaluate(s: Any, params: np.ndarray, initial: np.ndarray, losses: list[tuple
     }
 
 
+def _score(rows: Any, params: np.ndarray) -> tuple[float | None, float | None, int]:
+    """Mean loss, accuracy and row count of `params` on bound rows (None, None, 0 without rows)."""
+    n = 0 if rows is None else rows.rows
+    if not n:
+        return None, None, 0
+    return rows.loss_sum(params) / n, rows.correct(params) / n, n
+
+
 def add_curve(summary: dict, curve: dict, target_loss: float | None) -> None:
     """Add the loss-vs-time curve and the time to reach `target_loss` to the summary."""
-    from .metrics import time_to_target
+    from .metrics import first_touch, time_to_target
 
     summary["curve"] = {k: np.asarray(v).tolist() for k, v in curve.items()}
     summary["target_loss"] = target_loss
-    summary["time_to_target_s"] = (None if target_loss is None or len(curve["time_s"]) == 0 else
-                                   time_to_target(curve["time_s"], curve["test_loss"], target_loss))
+    known = target_loss is not None and len(curve["time_s"]) > 0
+    # held: the time after which the test loss stays at or below the target; first touch beside it
+    summary["time_to_target_s"] = time_to_target(curve["time_s"], curve["test_loss"], target_loss) if known else None
+    summary["first_touch_s"] = first_touch(curve["time_s"], curve["test_loss"], target_loss) if known else None
 
 
 def format_summary(d: dict) -> str:
@@ -83,16 +104,19 @@ def format_summary(d: dict) -> str:
         f"mpikanel {d['versions']['mpikanel']}: {d['sync'].upper()} {d['model']} on {d['data']}, "
         f"{d['workers']} workers",
         f"  wall {d['wall_s']:.2f} s, {d['deltas_sent']} pushes ({d['pushes_per_s']:.0f}/s), "
-        f"deltas applied {d['deltas_applied']}",
+        f"deltas applied {d['deltas_applied']}, {d['samples']} samples ({d['budget']} budget)",
         f"  train loss {f(d['train_loss'])}  acc {f(d['train_accuracy'], '.2%')}   "
         f"test loss {f(d['test_loss'])}  acc {f(d['test_accuracy'], '.2%')}",
-        "  worker  steps  compute_s  comm_s  wait_s  injected_s",
+        "  worker  steps  samples  compute_s  comm_s  wait_s  injected_s  step_x",
     ]
     if d.get("target_loss") is not None:
         reached = d.get("time_to_target_s")
-        lines.insert(3, f"  time to test loss {d['target_loss']:g}: "
-                        + ("not reached" if reached is None else f"{reached:.2f} s"))
+        touch = d.get("first_touch_s")
+        lines.insert(3, f"  time to test loss {d['target_loss']:g} (held to the end): "
+                        + ("not held" if reached is None else f"{reached:.2f} s")
+                        + ("" if touch is None else f"; first touched at {touch:.2f} s"))
     for w in d["per_worker"]:
-        lines.append(f"  {w['rank']:>6}  {w['steps']:>5}  {w['compute_s']:>9.2f}  {w['comm_s']:>6.2f}  "
-                     f"{w['wait_s']:>6.2f}  {w['injected_s']:>10.2f}")
+        lines.append(f"  {w['rank']:>6}  {w['steps']:>5}  {w['samples']:>7}  {w['compute_s']:>9.2f}  "
+                     f"{w['comm_s']:>6.2f}  {w['wait_s']:>6.2f}  {w['injected_s']:>10.2f}  "
+                     f"{w['step_time_rel']:>6.2f}")
     return "\n".join(lines)

@@ -84,6 +84,9 @@ class SyncPolicy(ABC):
     name: str = ""
     #: apply a delta as soon as it arrives (else at release, in rank order)
     apply_on_arrival: bool = True
+    #: every worker steps in lockstep: budget leases are split equally, not by measured speed,
+    #: so nothing timing-dependent enters the result (BSP stays bitwise reproducible)
+    lockstep: bool = False
 
     @abstractmethod
     def release(self, book: Book) -> list[int]:
@@ -121,6 +124,7 @@ class BSP(SyncPolicy):
 
     name = "bsp"
     apply_on_arrival = False
+    lockstep = True
 
     def release(self, book: Book) -> list[int]:
         waiting_active = book.waiting & book.active

@@ -28,7 +28,8 @@ from .config import TrainConfig, make_config
 from .data import DataInfo, DataSpec, Shard, describe, load_rows, load_test, shard_range
 from . import checkpoint as ckpt_mod
 from .errors import InputError
-from .hetero import HeteroSpec, Injector, describe_hetero, parse_hetero
+from .budget import Budget, total_samples
+from .hetero import HeteroSpec, Injector, ServerDelay, describe_hetero, parse_hetero
 from .kernels import BoundModel, Model, bind, get_model, warmup
 from .metrics import SnapshotRecorder, evaluate_curve, write_metrics
 from .summary import add_curve, evaluate, format_summary
@@ -53,6 +54,8 @@ class Setup:
     plan: StepPlan
     shard: BoundModel | None   # a worker's training rows, bound to the model's kernels
     test: BoundModel | None    # the server's test rows
+    val: BoundModel | None = None   # the server's validation rows (--val-fraction)
+    train_rows: int = 0        # training rows the workers share (validation rows excluded)
 
 
 def agree(comm, fn: Callable[[], T]) -> T:
@@ -87,7 +90,7 @@ def schedule_for(config: TrainConfig, n_workers: int) -> Schedule:
         busy_max = config.esp_busy_max if config.esp_busy_max is not None else max(2, n_workers // 2)
         return EspSchedule(rho=config.esp_rho, max_skip=config.esp_max_skip, busy_max=busy_max)
     if config.sync == "psp":
-        return PspSchedule(max_wait_steps=config.psp_k_max)
+        return PspSchedule(max_wait_steps=config.psp_k_max, train_while_waiting=config.psp_wait == "train")
     return Schedule()
 
 
@@ -101,16 +104,29 @@ def _describe_checked(config: TrainConfig, n_workers: int) -> tuple[DataInfo, Mo
     model = get_model(config.model, hidden=config.hidden, activation=config.activation)
     policy_for(config, n_workers)
     parse_hetero(hetero_spec(config), n_workers)
+    if config.server_delay:
+        ServerDelay(config.server_delay)
     info = describe(data_spec(config))
     if info.n_classes < model.min_classes or (model.max_classes and info.n_classes > model.max_classes):
         hint = " (use --model softmax)" if info.n_classes > 2 else ""
         raise InputError(f"model {model.name} needs {model.min_classes}"
                          f"{'' if model.max_classes == model.min_classes else '+'} classes, "
                          f"{info.description} has {info.n_classes}{hint}")
-    if info.n_rows < n_workers:
+    if info.n_rows - val_rows(config, info.n_rows) < n_workers:
         raise InputError(f"{info.description} has {info.n_rows} training rows, fewer than the "
                          f"{n_workers} workers; use fewer ranks")
     return info, model
+
+
+def val_rows(config: TrainConfig, n_rows: int) -> int:
+    """Rows held out for validation: the last --val-fraction of the training rows."""
+    return int(round(config.val_fraction * n_rows))
+
+
+def budget_for(config: TrainConfig, n_workers: int, train_rows: int) -> Budget:
+    """The run's work budget (shared samples and/or wall time) as the server enforces it."""
+    total = total_samples(config.epochs, train_rows) if config.budget == "shared" else None
+    return Budget(n_workers, total, config.batch_size, config.time_budget)
 
 
 def setup(config: TrainConfig, comm) -> Setup:
@@ -125,21 +141,28 @@ def setup(config: TrainConfig, comm) -> Setup:
     model = get_model(config.model, hidden=config.hidden, activation=config.activation)
     spec = data_spec(config)
 
-    def load() -> tuple[Shard | None, Shard | None]:
-        if rank == 0:
-            return None, load_test(spec, info)
-        start, stop = shard_range(info.n_rows, n_workers, rank - 1)
-        return load_rows(spec, info, start, stop), None
+    n_val = val_rows(config, info.n_rows)
+    train_rows = info.n_rows - n_val
 
-    shard, test = agree(comm, load)
+    def load() -> tuple[Shard | None, Shard | None, Shard | None]:
+        if rank == 0:
+            val = load_rows(spec, info, train_rows, info.n_rows) if n_val else None
+            return None, load_test(spec, info), val
+        start, stop = shard_range(train_rows, n_workers, rank - 1)
+        return load_rows(spec, info, start, stop), None, None
+
+    shard, test, val = agree(comm, load)
     if rank == 0:
         warmup(model)        # compile once into the cache, then the others load it
     comm.Barrier()
     if rank != 0:
         warmup(model)
-    plan = StepPlan(config.epochs, config.batch_size, config.lr, config.l2, info.n_classes, config.max_steps)
-    bound = [None if d is None else bind(model, d.X, d.y, info.n_classes) for d in (shard, test)]
-    return Setup(config, info, model, model.n_params(info.n_features, info.n_classes), plan, *bound)
+    lease = budget_for(config, n_workers, train_rows).initial_lease() if config.budget == "shared" else None
+    plan = StepPlan(config.epochs, config.batch_size, config.lr, config.l2, info.n_classes, config.max_steps,
+                    lease=lease)
+    bound = [None if d is None else bind(model, d.X, d.y, info.n_classes) for d in (shard, test, val)]
+    return Setup(config, info, model, model.n_params(info.n_features, info.n_classes), plan, *bound,
+                 train_rows=train_rows)
 
 
 def train(config: TrainConfig | dict | None = None, comm=None, _stop: StopSignals | None = None,
@@ -174,6 +197,7 @@ def train(config: TrainConfig | dict | None = None, comm=None, _stop: StopSignal
             comm.Bcast(initial, root=0)
             my_state = comm.scatter([None] + ckpt.workers if rank == 0 else None, root=0)
         comm.Barrier()
+        load_before = os.getloadavg()[0]
         t0 = time.perf_counter()
         if rank == 0:
             server_stats, recorder, written = _serve(comm, s, params, initial, ckpt, stop)
@@ -185,7 +209,8 @@ def train(config: TrainConfig | dict | None = None, comm=None, _stop: StopSignal
         comm.Bcast(params, root=0)
         summary = _finish(comm, s, params, initial, stats, server_stats, recorder, wall,
                           {"resumed_from": resumed_from, "checkpoint": written,
-                           "elapsed_before_s": ckpt.elapsed_s if ckpt is not None else 0.0})
+                           "elapsed_before_s": ckpt.elapsed_s if ckpt is not None else 0.0,
+                           "load_avg_before": load_before, "load_avg_after": os.getloadavg()[0]})
         return summary
     finally:
         if _stop is None:
@@ -219,8 +244,11 @@ def _serve(comm, s: Setup, params: np.ndarray, initial: np.ndarray, ckpt, stop: 
     from .comm.server import ParameterServer
 
     config, n_workers = s.config, comm.Get_size() - 1
-    total = sum(s.plan.total_steps(b - a) for a, b in
-                (shard_range(s.info.n_rows, n_workers, w) for w in range(n_workers)))
+    if config.budget == "shared":
+        total = -(-total_samples(config.epochs, s.train_rows) // config.batch_size)
+    else:
+        total = sum(s.plan.total_steps(b - a) for a, b in
+                    (shard_range(s.train_rows, n_workers, w) for w in range(n_workers)))
     recorder = SnapshotRecorder(config.snapshot_interval)
     written: list[str] = []
     control = None
@@ -243,8 +271,10 @@ def _serve(comm, s: Setup, params: np.ndarray, initial: np.ndarray, ckpt, stop: 
 
         control = ckpt_mod.CheckpointControl(every_s, every_steps, stop.requested, write)
     policy = policy_for(config, n_workers)
+    budget = budget_for(config, n_workers, s.train_rows)
+    service = ServerDelay(config.server_delay, config.seed) if config.server_delay else None
     with _progress(total, config) as on_progress:
-        server = ParameterServer(comm, params, policy, on_progress, recorder, control)
+        server = ParameterServer(comm, params, policy, on_progress, recorder, control, budget, service)
         if ckpt is not None:
             server.restore(ckpt.server, ckpt.server_arrays)
             server.worker_states = dict(enumerate(ckpt.workers))
@@ -308,12 +338,16 @@ def _finish(comm, s: Setup, params: np.ndarray, initial: np.ndarray, stats: Work
 
 
 def _curve(s: Setup, recorder: SnapshotRecorder) -> dict:
-    """Test loss/accuracy of every parameter snapshot, evaluated after training."""
-    test = s.test
-    if test is None or test.rows == 0:
-        return evaluate_curve([], lambda p: 0.0, None)
-    return evaluate_curve(recorder.snapshots, lambda p: test.loss_sum(p) / test.rows,
-                          lambda p: test.correct(p) / test.rows)
+    """Test (and validation) loss/accuracy of every parameter snapshot, evaluated after training."""
+    curve = evaluate_curve([], lambda p: 0.0, None)
+    if s.test is None or s.test.rows == 0:
+        return curve
+    for prefix, rows in (("test", s.test), ("val", s.val)):
+        if rows is not None and rows.rows:
+            part = evaluate_curve(recorder.snapshots, lambda p, d=rows: d.loss_sum(p) / d.rows,
+                                  lambda p, d=rows: d.correct(p) / d.rows, prefix=prefix)
+            curve.update(part)
+    return curve
 
 
 def _show_progress(mode: str) -> bool:

@@ -17,6 +17,7 @@ import numpy as np
 from .errors import TrainingError
 from .hetero import Injector, sleep_for
 from .kernels import BoundModel
+from .budget import UNLIMITED
 from .schedule import Action, Schedule, WorkerState
 
 RTT_EWMA_ALPHA = 0.3
@@ -29,7 +30,7 @@ class Exchanger(Protocol):
     def delta(self) -> np.ndarray: ...
 
     def start(self, clock: int, steps: int, step_s: float, last: bool, has_delta: bool = True,
-              base_version: int = 0, rtt_s: float = 0.0, delay_s: float = 0.0) -> None: ...
+              base_version: int = 0, rtt_s: float = 0.0, delay_s: float = 0.0, samples: int = 0) -> None: ...
 
     def test(self): ...
 
@@ -45,6 +46,7 @@ class WorkerStats:
     rank: int
     rows: int
     steps: int = 0
+    samples: int = 0              # training samples processed (the work budget counts these)
     pushes: int = 0
     compute_s: float = 0.0
     comm_s: float = 0.0           # blocked in an exchange, not held by the policy
@@ -55,6 +57,7 @@ class WorkerStats:
     skips: int = 0                # step boundaries where the worker chose not to communicate
     forced_syncs: int = 0
     steps_while_pending: int = 0  # local steps taken while an exchange was in flight
+    lease_waits: int = 0          # times the worker ran out of its budget lease and synced to renew it
     rtt_mean_s: float = 0.0
     rtt_p95_s: float = 0.0
     produced: np.ndarray = field(default_factory=lambda: np.zeros(0), repr=False)
@@ -74,7 +77,12 @@ class WorkerStats:
 
 @dataclass(frozen=True)
 class StepPlan:
-    """How many SGD steps a worker takes and with which hyper-parameters."""
+    """How many SGD steps a worker takes and with which hyper-parameters.
+
+    With a shared budget (``lease`` set) a worker keeps passing over its shard until the server's
+    leases end the run; ``lease`` is what it may process before its first reply. Otherwise it
+    makes ``epochs`` passes over its own shard.
+    """
 
     epochs: int
     batch_size: int
@@ -82,15 +90,18 @@ class StepPlan:
     l2: float
     n_classes: int
     max_steps: int | None = None
+    lease: int | None = None
 
     def steps_per_epoch(self, rows: int) -> int:
         """Minibatches in one pass over `rows` rows."""
         return max(1, math.ceil(rows / self.batch_size))
 
-    def total_steps(self, rows: int) -> int:
-        """Steps this worker takes in the whole run."""
-        n = self.epochs * self.steps_per_epoch(rows)
-        return n if self.max_steps is None else min(n, self.max_steps)
+    def total_steps(self, rows: int) -> int | None:
+        """Most steps this worker takes in the whole run (None: until the shared budget is spent)."""
+        n = None if self.lease is not None else self.epochs * self.steps_per_epoch(rows)
+        if self.max_steps is None:
+            return n
+        return self.max_steps if n is None else min(n, self.max_steps)
 
 
 class BatchCursor:
@@ -103,9 +114,14 @@ class BatchCursor:
         self.step = 0                                   # steps handed out so far
         self.order = np.zeros(0, dtype=np.int64)
 
+    @property
+    def done(self) -> bool:
+        """Whether the worker has taken all its steps (never, under a shared budget)."""
+        return self.total is not None and self.step >= self.total
+
     def next(self) -> np.ndarray | None:
         """Row indices of the next step, or None when the worker's steps are done."""
-        if self.step >= self.total:
+        if self.done:
             return None
         b = self.step % self.per_epoch
         if b == 0:
@@ -140,6 +156,8 @@ class _Worker:
         self.base_version = 0
         self.step = 0
         self.stopped = False          # the server asked this worker to stop (checkpoint + exit)
+        self.finished = False         # the server said the work budget is spent
+        self.allowance = UNLIMITED    # samples it may still process before the server renews its lease
         self.cursor: BatchCursor | None = None
 
     def push(self, last: bool) -> None:
@@ -156,8 +174,8 @@ class _Worker:
         self.stats.pushes += 1
         self.client.start(self.stats.pushes, st.unsent_steps, step_s, last,
                           base_version=self.base_version, rtt_s=st.rtt_ewma or 0.0,
-                          delay_s=self.injector.link_delay(8 * delta.size))
-        st.unsent_steps, st.unsent_compute_s = 0, 0.0
+                          delay_s=self.injector.link_delay(8 * delta.size), samples=st.unsent_samples)
+        st.unsent_steps, st.unsent_compute_s, st.unsent_samples = 0, 0.0, 0
         st.pending, st.steps_while_pending, st.skips = True, 0, 0
 
     def capture(self, finished: bool) -> dict:
@@ -167,7 +185,8 @@ class _Worker:
         stats = {k: v for k, v in asdict(self.stats).items() if k != "produced"}
         return {"state": {"rank": self.rank, "finished": finished, "cursor": self.cursor.state(),
                           "schedule": st, "base_version": self.base_version, "stats": stats,
-                          "injector_step": self.injector.step},
+                          "injector_step": self.injector.step, "allowance": self.allowance,
+                          "budget_finished": self.finished},
                 "unsent": self.local - self.base, "produced": self.stats.produced.copy(),
                 "order": self.cursor.order}
 
@@ -179,6 +198,8 @@ class _Worker:
         self.cursor.restore(state["cursor"], saved["order"])
         self.step = self.cursor.step
         self.injector.step = int(state["injector_step"])
+        self.allowance = int(state.get("allowance", UNLIMITED))
+        self.finished = bool(state.get("budget_finished", False))
         for key, value in state["schedule"].items():
             setattr(self.st, key, value)
         for key, value in state["stats"].items():
@@ -195,6 +216,9 @@ class _Worker:
         st.pending = False
         st.steps_since_reply = 0
         st.busy, st.plan = reply.busy, max(1, reply.plan)
+        # the lease counts from the push this reply answers: steps taken since then use it up
+        self.allowance = reply.lease - st.unsent_samples
+        self.finished = self.finished or reply.finish
         # the exchange's cost: its round trip minus the time the policy held it (held pushes do
         # not block a non-blocking worker; a slow link or a congested server does count)
         st.observe_rtt(max(0.0, reply.rtt_s - reply.held_s), RTT_EWMA_ALPHA)
@@ -226,40 +250,41 @@ def run_worker(client: Exchanger, data: BoundModel, params: np.ndarray, plan: St
                schedule: Schedule | None = None, resume: dict | None = None) -> tuple[np.ndarray, WorkerStats]:
     """Train on the bound shard under `schedule`; returns the last local parameters and stats.
 
-    The last step always pushes everything still unsent with the DONE flag and waits, so no
-    local work is ever dropped. A reply flagged CHECKPOINT makes the worker send its state to
-    the server; one flagged STOP ends the loop after that (the run resumes from the checkpoint).
+    The worker never processes more samples than its budget lease allows: when the lease is
+    used up it pushes and waits for the server to renew it. It ends when the server says the
+    budget is spent (FINISH) or, with a per-worker budget, after its own steps; either way the
+    last push carries everything still unsent with the DONE flag, so no local work is ever
+    dropped. A reply flagged CHECKPOINT makes the worker send its state to the server; one
+    flagged STOP ends the loop after that (the run resumes from the checkpoint).
     """
     schedule = schedule or Schedule()
     scratch = data.scratch()
     stats = WorkerStats(rank=rank, rows=data.rows, slowdown=injector.factor, produced=np.zeros_like(params))
     w = _Worker(client, params, stats, injector, rank)
     w.cursor = cursor = BatchCursor(data.rows, plan, rng)
+    w.allowance = plan.lease if plan.lease is not None else UNLIMITED
     if resume is not None:
         w.restore(resume)
         if resume["state"]["finished"]:
             return w.local, stats
     st = w.st
-    while not w.stopped and (idx := cursor.next()) is not None:
-        w.step = cursor.step
-        t0, c0 = time.perf_counter(), time.thread_time()
-        data.step(w.local, idx, plan.lr, plan.l2, scratch)
-        compute = time.perf_counter() - t0
-        # the slowdown scales the step's CPU time, not its wall time: on an oversubscribed node
-        # wall time includes waiting for a core, and scaling that would amplify contention
-        slow = injector.compute_delay(time.thread_time() - c0)
-        sleep_for(slow)
-        stats.steps += 1
-        stats.compute_s += compute
-        stats.injected_s += slow
-        st.unsent_steps += 1
-        st.unsent_compute_s += compute + slow
-        st.steps_since_reply += 1
+    while not (w.stopped or w.finished or cursor.done):
+        if w.allowance <= 0:
+            # lease used up: hand the work in and wait for the server to renew the lease
+            stats.lease_waits += 1
+            if not st.pending:
+                w.push(last=False)
+            w.wait()
+            continue
+        idx = cursor.next()
+        if idx.size > w.allowance:
+            idx = idx[:w.allowance]          # the budget's last partial minibatch
+        _step(w, data, plan, idx, scratch)
         if st.pending:
             st.steps_while_pending += 1
             stats.steps_while_pending += 1
             w.poll()
-        if w.stopped or cursor.step == cursor.total:
+        if w.stopped or w.finished or cursor.done:
             break
         action = schedule.decide(st)
         if action == Action.CONTINUE:
@@ -271,7 +296,7 @@ def run_worker(client: Exchanger, data: BoundModel, params: np.ndarray, plan: St
         else:
             if st.pending:
                 w.wait()
-            if w.stopped:
+            if w.stopped or w.finished:
                 break
             forced = action == Action.PUSH_AND_WAIT and schedule.name != "blocking"
             stats.forced_syncs += int(forced)
@@ -285,3 +310,25 @@ def run_worker(client: Exchanger, data: BoundModel, params: np.ndarray, plan: St
         w.push(last=True)
         w.wait()
     return w.local, stats
+
+
+def _step(w: _Worker, data: BoundModel, plan: StepPlan, idx: np.ndarray, scratch) -> None:
+    """One SGD step on rows `idx`, its injected slowdown, and the counters."""
+    w.step = w.cursor.step
+    t0, c0 = time.perf_counter(), time.thread_time()
+    data.step(w.local, idx, plan.lr, plan.l2, scratch)
+    compute = time.perf_counter() - t0
+    # the slowdown scales the step's CPU time, not its wall time: on an oversubscribed node
+    # wall time includes waiting for a core, and scaling that would amplify contention
+    slow = w.injector.compute_delay(time.thread_time() - c0)
+    sleep_for(slow)
+    st, stats = w.st, w.stats
+    stats.steps += 1
+    stats.samples += int(idx.size)
+    stats.compute_s += compute
+    stats.injected_s += slow
+    st.unsent_steps += 1
+    st.unsent_samples += int(idx.size)
+    st.unsent_compute_s += compute + slow
+    st.steps_since_reply += 1
+    w.allowance -= int(idx.size)

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from mpikanel.errors import InputError
-from mpikanel.metrics import (SnapshotRecorder, evaluate_curve, read_metrics, time_to_target,
+from mpikanel.metrics import (SnapshotRecorder, evaluate_curve, first_touch, read_metrics, time_to_target,
                               write_metrics)
 
 
@@ -70,6 +70,18 @@ def test_time_to_target():
     assert time_to_target(t, loss, 0.1) is None
     assert time_to_target([], [], 1.0) is None
     assert time_to_target(t, [math.nan, 0.5, 0.4, 0.3], 1.0) == 1.0
+
+
+def test_time_to_target_is_held_not_first_touch():
+    """A run that dips below the target and drifts back up has reached it only at its last crossing."""
+    t = [0.0, 1.0, 2.0, 3.0, 4.0, 5.0]
+    loss = [2.0, 0.8, 1.2, 0.9, 0.7, 0.6]
+    assert first_touch(t, loss, 1.0) == pytest.approx(1.0 / 1.2)
+    assert time_to_target(t, loss, 1.0) == pytest.approx(2.0 + 0.2 / 0.3)
+    drifted = [2.0, 0.8, 0.9, 1.1, 1.2, 1.3]           # touches, then ends above: never held
+    assert first_touch(t, drifted, 1.0) is not None
+    assert time_to_target(t, drifted, 1.0) is None
+    assert time_to_target(t, [2.0, 0.5, math.nan, 0.5, 0.4, 0.3], 1.0) == 3.0
 
 
 def _fake_run(path, sync, scenario, slow_rank=1, n_workers=3):

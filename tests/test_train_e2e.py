@@ -27,7 +27,7 @@ def test_sync_models_converge_on_synthetic(sync, tmp_path):
     assert s["test_accuracy"] > 0.80          # the synthetic default is ~88% linearly separable
     assert_no_lost_work(s)
     for w in s["per_worker"]:
-        assert w["steps"] == w["pushes"] > 0
+        assert w["pushes"] == w["steps"] + 1 and w["steps"] > 0   # every step, then the final DONE
         assert w["compute_s"] > 0 and w["comm_s"] >= 0 and w["wait_s"] >= 0
 
 

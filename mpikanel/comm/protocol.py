@@ -33,8 +33,8 @@ class H(IntEnum):
     VERSION = 3    # reply: server version (pushes applied so far); push: version of the base
     PLAN = 4       # reply: local steps the worker should run before its next push
     BUSY = 5       # reply: pushes queued at the server when it answered (congestion hint)
-    RESERVED6 = 6
-    RESERVED7 = 7
+    SAMPLES = 6    # push: training samples folded into this delta (counted against the budget)
+    LEASE = 7      # reply: samples the worker may process beyond the push this reply answers
 
 
 class M(IntEnum):
@@ -54,6 +54,7 @@ class Flag(IntEnum):
     HAS_DELTA = 4       # push: payload carries a delta (else header-only)
     CHECKPOINT = 8      # reply: send your resumable state now
     STOP_REQUEST = 16   # push: this worker got SIGTERM/SIGUSR1; checkpoint and stop the run
+    FINISH = 32         # reply: the work budget is spent: push your unsent work as DONE and leave
 
 
 HEADER_INTS = len(H)

@@ -8,7 +8,9 @@ from typing import Callable
 import numpy as np
 from mpi4py import MPI
 
+from ..budget import Budget
 from ..checkpoint import CheckpointControl
+from ..hetero import ServerDelay, sleep_for
 from ..metrics import SnapshotRecorder
 from ..sync import Book, SyncPolicy
 from .protocol import Flag, Frame, H, M, Tag
@@ -26,6 +28,8 @@ class ServerStats:
     staleness_sum: np.ndarray = field(default_factory=lambda: np.zeros(0))  # versions behind, per worker
     staleness_max: np.ndarray = field(default_factory=lambda: np.zeros(0))
     steps: np.ndarray = field(default_factory=lambda: np.zeros(0))          # local steps pushed
+    samples: np.ndarray = field(default_factory=lambda: np.zeros(0))        # training samples pushed
+    service_s: float = 0.0                # injected server service time (--server-delay)
     unapplied: np.ndarray | None = None   # sum of (1 - scale) * delta: received but scaled away
     policy_report: dict | None = None     # the policy's own record (PSP rounds)
     stopped: bool = False                 # ended early after a stop checkpoint
@@ -42,12 +46,15 @@ class ParameterServer:
     def __init__(self, comm: MPI.Comm, params: np.ndarray, policy: SyncPolicy,
                  on_progress: Callable[["ServerStats"], None] | None = None,
                  recorder: SnapshotRecorder | None = None,
-                 checkpoints: CheckpointControl | None = None) -> None:
+                 checkpoints: CheckpointControl | None = None, budget: Budget | None = None,
+                 service: ServerDelay | None = None) -> None:
         self.comm = comm
         self.params = params
         self.policy = policy
         self.n_workers = comm.Get_size() - 1
         self.book = Book(self.n_workers)
+        self.budget = budget if budget is not None else Budget(self.n_workers, None, 1)
+        self.service = service
         n = params.size
         self._inbox = [Frame.allocate(n) for _ in range(self.n_workers)]
         self._outbox = [Frame.allocate(n) for _ in range(self.n_workers)]
@@ -67,7 +74,7 @@ class ParameterServer:
         self.stats = ServerStats(pushes=np.zeros(nw, dtype=np.int64), held_s=np.zeros(nw),
                                  staleness_sum=np.zeros(nw, dtype=np.int64),
                                  staleness_max=np.zeros(nw, dtype=np.int64),
-                                 steps=np.zeros(nw, dtype=np.int64))
+                                 steps=np.zeros(nw, dtype=np.int64), samples=np.zeros(nw, dtype=np.int64))
 
     def run(self) -> ServerStats:
         """Serve until every worker has sent its last push."""
@@ -84,7 +91,7 @@ class ParameterServer:
                 raise RuntimeError("server: no worker can push and none was released "
                                    f"(policy {self.policy.describe()} stalled)")
             for w in sorted(done):
-                self._on_push(w, t0)
+                self._on_push(w)
             self._maybe_schedule_checkpoint(t0 - t_start)
             self._release(len(done))
             if self.recorder is not None:
@@ -102,11 +109,18 @@ class ParameterServer:
             self.recorder.final(self.stats.wall_s, self.params, self.book.version)
         return self.stats
 
-    def _on_push(self, w: int, now: float) -> None:
+    def _on_push(self, w: int) -> None:
         frame = self._inbox[w]
         h = frame.header
+        if self.service is not None:        # a congested server: service time per push handled
+            delay = self.service.draw(int(self.stats.pushes.sum()))
+            sleep_for(delay)
+            self.stats.service_s += delay
+        now = time.perf_counter()
         self.stats.pushes[w] += 1
         self.stats.steps[w] += int(h[H.STEPS])
+        self.stats.samples[w] += int(h[H.SAMPLES])
+        self.budget.on_push(w, int(h[H.SAMPLES]), now - self._t_start)
         self.book.record_push(w, int(h[H.CLOCK]), frame.has(Flag.DONE), float(frame.meta[M.STEP_S]), now,
                               base_version=int(h[H.VERSION]), steps=int(h[H.STEPS]))
         self.policy.on_push(self.book, w)
@@ -185,6 +199,13 @@ class ParameterServer:
         out.header[H.VERSION] = self.book.version
         out.header[H.PLAN] = self.policy.plan(self.book, w)
         out.header[H.BUSY] = busy
+        if self.book.last_push[w]:
+            self.budget.leave(w)
+        else:
+            speeds = None if self.policy.lockstep else self.book.step_s
+            out.header[H.LEASE] = self.budget.renew(w, speeds, self.book.active)
+            if self.budget.finish(w):
+                flags |= Flag.FINISH
         out.header[H.FLAGS] = flags
         held = now - self.book.arrived_at[w]
         out.meta[M.HELD_S] = held
@@ -196,10 +217,10 @@ class ParameterServer:
         """The server's resumable state: JSON-able part and arrays (between rounds only)."""
         b, st = self.book, self.stats
         meta = {"version": b.version, "deltas_applied": st.deltas_applied, "busy_s": st.busy_s,
-                "policy": self.policy.state()}
+                "policy": self.policy.state(), "budget": self.budget.state()}
         arrays = {"clock": b.clock, "active": b.active.astype(np.int8), "pushes": st.pushes,
                   "held_s": st.held_s, "staleness_sum": st.staleness_sum,
-                  "staleness_max": st.staleness_max, "steps": st.steps}
+                  "staleness_max": st.staleness_max, "steps": st.steps, "samples": st.samples}
         if st.unapplied is not None:
             arrays["unapplied"] = st.unapplied
         return meta, arrays
@@ -212,8 +233,9 @@ class ParameterServer:
         b.active[:] = arrays["active"].astype(bool)
         st.deltas_applied = int(meta["deltas_applied"])
         st.busy_s = float(meta["busy_s"])
-        for key in ("pushes", "held_s", "staleness_sum", "staleness_max", "steps"):
+        for key in ("pushes", "held_s", "staleness_sum", "staleness_max", "steps", "samples"):
             getattr(st, key)[:] = arrays[key]
+        self.budget.restore(meta["budget"])
         if "unapplied" in arrays:
             st.unapplied = np.array(arrays["unapplied"], dtype=np.float64)
         self.policy.restore(meta["policy"])

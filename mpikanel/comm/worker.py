@@ -24,6 +24,8 @@ class Reply:
     rtt_s: float         # wall seconds from start() to the reply, injected link delay included
     blocked_s: float     # seconds this worker spent blocked in wait() for this exchange
     delayed_s: float     # of blocked_s, seconds spent sleeping out an injected link delay
+    lease: int = 0            # samples the worker may process beyond the push this answers
+    finish: bool = False      # the work budget is spent: push unsent work as DONE and leave
     last: bool = False        # this reply answers the worker's DONE push
     checkpoint: bool = False  # the server asks for this worker's resumable state
     stop: bool = False        # the server stops the run after this checkpoint
@@ -59,13 +61,14 @@ class WorkerClient:
         return bool(self._reqs)
 
     def start(self, clock: int, steps: int, step_s: float, last: bool, has_delta: bool = True,
-              base_version: int = 0, rtt_s: float = 0.0, delay_s: float = 0.0) -> None:
+              base_version: int = 0, rtt_s: float = 0.0, delay_s: float = 0.0, samples: int = 0) -> None:
         """Send the delta in ``self.delta`` (after ``delay_s``) and post the receive for the reply."""
         if self._reqs:
             raise RuntimeError("exchange already in flight")
         h = self.out.header
         h[H.CLOCK] = clock
         h[H.STEPS] = steps
+        h[H.SAMPLES] = samples
         h[H.VERSION] = base_version
         h[H.FLAGS] = ((Flag.DONE if last else 0) | (Flag.HAS_DELTA if has_delta else 0)
                       | (Flag.STOP_REQUEST if self.stop_requested() else 0))
@@ -113,7 +116,8 @@ class WorkerClient:
         self._reqs = []
         h = self.inp.header
         return Reply(self.inp.payload, int(h[H.VERSION]), int(h[H.PLAN]), int(h[H.BUSY]),
-                     float(self.inp.meta[M.HELD_S]), rtt, blocked_s, delayed_s, last=self._last,
+                     float(self.inp.meta[M.HELD_S]), rtt, blocked_s, delayed_s,
+                     lease=int(h[H.LEASE]), finish=self.inp.has(Flag.FINISH), last=self._last,
                      checkpoint=self.inp.has(Flag.CHECKPOINT), stop=self.inp.has(Flag.STOP))
 
     def send_state(self, state: dict) -> None:
