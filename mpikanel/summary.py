@@ -68,6 +68,7 @@ def evaluate(s: Any, params: np.ndarray, initial: np.ndarray, losses: list[tuple
         "pushes_per_s": deltas_sent / wall if wall > 0 else 0.0,
         "server_busy_s": server_stats.busy_s,
         "server_service_s": float(getattr(server_stats, "service_s", 0.0)),
+        "clock_spread_max": int(getattr(server_stats, "clock_spread_max", 0)),
         "per_worker": workers,
         "config": s.config.to_dict(),
         "versions": {"mpikanel": __version__, "python": platform.python_version(),

@@ -30,6 +30,7 @@ class ServerStats:
     steps: np.ndarray = field(default_factory=lambda: np.zeros(0))          # local steps pushed
     samples: np.ndarray = field(default_factory=lambda: np.zeros(0))        # training samples pushed
     service_s: float = 0.0                # injected server service time (--server-delay)
+    clock_spread_max: int = 0             # most pushes the fastest active worker was ahead of the slowest
     unapplied: np.ndarray | None = None   # sum of (1 - scale) * delta: received but scaled away
     policy_report: dict | None = None     # the policy's own record (PSP rounds)
     stopped: bool = False                 # ended early after a stop checkpoint
@@ -124,6 +125,9 @@ class ParameterServer:
         self.book.record_push(w, int(h[H.CLOCK]), frame.has(Flag.DONE), float(frame.meta[M.STEP_S]), now,
                               base_version=int(h[H.VERSION]), steps=int(h[H.STEPS]))
         self.policy.on_push(self.book, w)
+        active = self.book.clock[self.book.active]
+        if active.size:
+            self.stats.clock_spread_max = max(self.stats.clock_spread_max, int(active.max() - active.min()))
         if frame.has(Flag.STOP_REQUEST):
             self._stop_after_ckpt = True
         self._pending_delta[w] = frame.has(Flag.HAS_DELTA)
