@@ -10,6 +10,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "server": ("mpikanel.bench.server", "parameter-server updates/s vs a plain mpi4py loop"),
     "yield": ("mpikanel.bench.yield_check", "CPU used by a rank blocked in MPI (heavy-yield check)"),
     "kernels": ("mpikanel.bench.kernels", "one SGD epoch per model, dense and CSR, vs memory bandwidth and sklearn"),
+    "mpi": ("mpikanel.bench.mpi", "the same workloads under each installed MPI (Open MPI, MPICH, Intel MPI), one table"),
     "sync": ("mpikanel.bench.sync", "time to a target loss of each sync model and baseline, per scenario"),
 }
 
