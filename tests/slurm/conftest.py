@@ -2,7 +2,9 @@
 
 `scripts/slurm-local.sh start DIR` installs Debian's slurm-wlm/munge if missing (root + apt) and
 starts munged, slurmctld and slurmd. Every test here is skipped, with the script's reason, where
-that cannot happen (not Linux, not root and no SLURM, no apt, daemons that do not come up).
+the script says SLURM cannot run here (its exit code 3: not root and no SLURM, no apt, install
+failed) or the platform has no bash; any other failure of the set-up (exit 1: daemons that do not
+come up, a broken config, a timeout) fails the tests, so a regression in the set-up cannot hide.
 
 Knobs: MPIKANEL_SLURM_DIR (default /tmp/mpikanel-slurm-tests-UID), MPIKANEL_SLURM_PORTS
 ("CTLD,SLURMD", default "6827,6828" so a cluster you started by hand on 6817/6818 is left alone),
@@ -21,6 +23,9 @@ from pathlib import Path
 import pytest
 
 from slurm_support import SCRIPT, Slurm, _run
+
+#: scripts/slurm-local.sh's exit code for "SLURM cannot run on this machine" (the only skip)
+CANNOT_RUN_HERE = 3
 
 
 def _skip_reason(proc: subprocess.CompletedProcess) -> str:
@@ -42,12 +47,15 @@ def slurm(tmp_path_factory) -> Slurm:
     t0 = time.monotonic()
     was_up = _run(["bash", str(SCRIPT), "status", str(sdir)], env, 30).returncode == 0
     proc = _run(["bash", str(SCRIPT), "start", str(sdir)], env, 420)
+    if proc.returncode == CANNOT_RUN_HERE:
+        pytest.skip(f"cannot run a local SLURM here (scripts/slurm-local.sh start: {_skip_reason(proc)})")
     if proc.returncode != 0:
         _run(["bash", str(SCRIPT), "stop", str(sdir)], env, 60)
-        pytest.skip(f"cannot start a local SLURM (scripts/slurm-local.sh start: {_skip_reason(proc)})")
+        pytest.fail(f"scripts/slurm-local.sh start failed with exit code {proc.returncode}:\n"
+                    f"{proc.stdout[-2000:]}\n{proc.stderr[-4000:]}")
     conf = re.search(r"^export SLURM_CONF=(\S+)$", proc.stdout, re.M)
     if not conf:
-        pytest.skip(f"scripts/slurm-local.sh start printed no SLURM_CONF: {proc.stdout!r}")
+        pytest.fail(f"scripts/slurm-local.sh start printed no SLURM_CONF: {proc.stdout!r}")
     env["SLURM_CONF"] = conf.group(1)
     sys.stderr.write(f"\n[slurm] cluster in {sdir} up after {time.monotonic() - t0:.1f}s\n")
     try:
