@@ -29,6 +29,7 @@ from .data import DataInfo, DataSpec, Shard, describe, load_rows, load_test, sha
 from . import checkpoint as ckpt_mod
 from .errors import InputError
 from .budget import Budget, total_samples
+from .engine.server_core import ServerCore
 from .hetero import HeteroSpec, Injector, ServerDelay, describe_hetero, parse_hetero
 from .kernels import BoundModel, Model, bind, get_model, warmup
 from .metrics import SnapshotRecorder, evaluate_curve, write_metrics
@@ -260,7 +261,7 @@ def _serve(comm, s: Setup, params: np.ndarray, initial: np.ndarray, ckpt, stop: 
         def write(server, reason: str, final: bool) -> None:
             meta, arrays = server.state()
             states = [server.worker_states[w] for w in range(n_workers)]
-            elapsed = elapsed_before + time.perf_counter() - server._t_start
+            elapsed = elapsed_before + time.perf_counter() - server.t_start
             path = ckpt_mod.save(config.checkpoint_dir, ckpt_mod.Checkpoint(
                 params=params, initial=initial, config=config.to_dict(), ranks=comm.Get_size(),
                 sync=config.sync, model=s.model.name, server=meta, server_arrays=arrays, workers=states,
@@ -274,13 +275,11 @@ def _serve(comm, s: Setup, params: np.ndarray, initial: np.ndarray, ckpt, stop: 
     budget = budget_for(config, n_workers, s.train_rows)
     service = ServerDelay(config.server_delay, config.seed) if config.server_delay else None
     with _progress(total, config) as on_progress:
-        server = ParameterServer(comm, params, policy, on_progress, recorder, control, budget, service)
+        core = ServerCore(params, policy, n_workers, budget, recorder, control, on_progress)
         if ckpt is not None:
-            server.restore(ckpt.server, ckpt.server_arrays)
-            server.worker_states = dict(enumerate(ckpt.workers))
-        stats = server.run()
-    stats.policy_report = policy.report() if hasattr(policy, "report") else None
-    stats.stopped = server.stopped
+            core.restore(ckpt.server, ckpt.server_arrays)
+            core.worker_states = dict(enumerate(ckpt.workers))
+        stats = ParameterServer(comm, core, service).run()
     return stats, recorder, (written[-1] if written else None)
 
 

@@ -24,6 +24,7 @@ import mpikanel  # noqa: E402
 from mpikanel.comm.protocol import HEADER_INTS, META_FLOATS, Tag  # noqa: E402
 from mpikanel.comm.server import ParameterServer  # noqa: E402
 from mpikanel.comm.worker import WorkerClient  # noqa: E402
+from mpikanel.engine.server_core import ServerCore  # noqa: E402
 from mpikanel.sync import make_policy  # noqa: E402
 
 DELTA = 1e-6   # every push adds this to every parameter: the final sum checks the run
@@ -42,11 +43,12 @@ def _ps_round(comm: MPI.Comm, n: int, pushes: int, policy: str, variant: str) ->
         _worker_exchange(comm, n, pushes)
         return None
     params = np.zeros(n)
+    core = ServerCore(params, make_policy(policy), comm.Get_size() - 1)
     if variant:
         from mpikanel.bench._server_variants import VARIANTS
-        server = VARIANTS[variant](comm, params, make_policy(policy))
+        server = VARIANTS[variant](comm, core)
     else:
-        server = ParameterServer(comm, params, make_policy(policy))
+        server = ParameterServer(comm, core)
     server.run()
     return params
 

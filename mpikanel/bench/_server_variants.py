@@ -1,8 +1,8 @@
-"""Bench-only copies of ``ParameterServer.run`` with other receive loops (rank side only).
+"""Bench-only receive loops for the parameter server (rank side only).
 
-Imported only by the ``_server_ranks`` entry point; comm/server.py is untouched. Each
-variant replaces the ``Waitsome`` over persistent receives with another way to learn
-which workers pushed; everything else (book, policy, replies) is the real server code.
+Imported only by the ``_server_ranks`` entry point. Each variant replaces only how the MPI
+server learns which workers pushed (``_arm``/``_next`` of comm.server.ParameterServer);
+the core, the decoding and the replies are the real server's.
 """
 from __future__ import annotations
 
@@ -11,38 +11,10 @@ import time
 from mpi4py import MPI
 
 from mpikanel.comm.protocol import Tag
-from mpikanel.comm.server import ParameterServer, ServerStats
+from mpikanel.comm.server import ParameterServer
 
 
-class _LoopServer(ParameterServer):
-    """ParameterServer.run with the wait step factored out into ``_next``."""
-
-    def _next(self) -> list[int] | None:
-        """Indices of workers whose push has arrived (None: nothing can arrive)."""
-        raise NotImplementedError
-
-    def run(self) -> ServerStats:
-        """Serve until every worker has sent its last push (same loop as the real server)."""
-        t_start = time.perf_counter()
-        self._arm()
-        while not self.book.finished:
-            done = self._next()
-            t0 = time.perf_counter()
-            if done is None:
-                raise RuntimeError("server variant: nothing can arrive")
-            for w in sorted(done):
-                self._on_push(w, t0)
-            self._release(len(done))
-            self.stats.busy_s += time.perf_counter() - t0
-        MPI.Request.Waitall(self._send)
-        self.stats.wall_s = time.perf_counter() - t_start
-        return self.stats
-
-    def _arm(self) -> None:
-        MPI.Prequest.Startall(self._recv)
-
-
-class TestsomeServer(_LoopServer):
+class TestsomeServer(ParameterServer):
     """Poll with Testsome; sleep briefly when nothing arrived."""
 
     sleep_s = 50e-6
@@ -55,7 +27,7 @@ class TestsomeServer(_LoopServer):
             time.sleep(self.sleep_s)
 
 
-class WaitanyServer(_LoopServer):
+class WaitanyServer(ParameterServer):
     """Block in Waitany: one push per wake-up."""
 
     def _next(self) -> list[int] | None:
@@ -69,19 +41,19 @@ class _NoRecv:
     def Start(self) -> None:  # noqa: N802 - mirrors MPI.Prequest.Start
         """Nothing to arm."""
 
+    def Free(self) -> None:  # noqa: N802 - mirrors MPI.Request.Free
+        """Nothing to free."""
 
-class MprobeServer(_LoopServer):
+
+class MprobeServer(ParameterServer):
     """Blocking Mprobe(ANY_SOURCE) for the first push, then Improbe drains what else is there."""
 
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         for r in self._recv:
             r.Free()
-        self._recv = [_NoRecv() for _ in range(self.n_workers)]
+        self._recv = [_NoRecv() for _ in range(self.core.n_workers)]
         self._status = MPI.Status()
-
-    def _arm(self) -> None:
-        pass
 
     def _take(self, msg: MPI.Message) -> int:
         w = self._status.Get_source() - 1

@@ -1,0 +1,352 @@
+"""A worker's decisions, without MPI or clocks: SGD steps on its shard, pushes, merges, budget.
+
+:func:`worker_core` is a generator. It runs the numba step itself and talks to any exchanger
+with WorkerClient's non-blocking ``delta``/``start``/``test``/``send_state``; where time must
+pass it yields an effect to its driver and gets the result back:
+
+* ``Compute(wall_s, cpu_s)`` after each step -> ``(compute_s, injected_s)``: the MPI driver
+  sleeps the injected slowdown and returns the measured wall time; the simulator returns
+  its step-time model and advances its virtual clock;
+* ``WAIT`` -> the Reply of the exchange in flight: the MPI driver blocks inside MPI, the
+  simulator suspends the worker until the reply's arrival event.
+
+A Schedule (mpikanel.schedule) decides at each step boundary whether to push, keep training,
+or wait; replies are merged so that steps taken while an exchange was in flight are kept:
+``local = new_params + (local_now - local_at_send)``.
+"""
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any, Generator, Protocol
+
+import numpy as np
+
+from ..budget import UNLIMITED
+from ..errors import TrainingError
+from ..hetero import Injector
+from ..kernels import BoundModel
+from ..schedule import Action, Schedule, WorkerState
+
+RTT_EWMA_ALPHA = 0.3
+
+
+@dataclass(frozen=True)
+class Compute:
+    """Effect: a step just ran for wall_s (cpu_s of CPU); the driver answers (compute_s, injected_s)."""
+
+    wall_s: float
+    cpu_s: float
+
+
+#: Effect: block until the exchange in flight completes; the driver answers its Reply
+WAIT = "wait"
+
+Effect = Compute | str
+
+
+class Exchanger(Protocol):
+    """The part of comm.worker.WorkerClient the loop needs."""
+
+    @property
+    def delta(self) -> np.ndarray: ...
+
+    def start(self, clock: int, steps: int, step_s: float, last: bool, has_delta: bool = True,
+              base_version: int = 0, rtt_s: float = 0.0, delay_s: float = 0.0, samples: int = 0) -> None: ...
+
+    def test(self): ...
+
+    def wait(self): ...
+
+    def send_state(self, state: dict) -> None: ...
+
+
+@dataclass
+class WorkerStats:
+    """Per-worker counters and timings for the run summary."""
+
+    rank: int
+    rows: int
+    steps: int = 0
+    samples: int = 0              # training samples processed (the work budget counts these)
+    pushes: int = 0
+    compute_s: float = 0.0
+    comm_s: float = 0.0           # blocked in an exchange, not held by the policy
+    wait_s: float = 0.0           # blocked while the server held the push (sync policy)
+    injected_s: float = 0.0       # injected slowdown, pauses and blocking link delay
+    slowdown: float = 1.0
+    exchanges_completed: int = 0
+    skips: int = 0                # step boundaries where the worker chose not to communicate
+    forced_syncs: int = 0
+    steps_while_pending: int = 0  # local steps taken while an exchange was in flight
+    lease_waits: int = 0          # times the worker ran out of its budget lease and synced to renew it
+    rtt_mean_s: float = 0.0
+    rtt_p95_s: float = 0.0
+    produced: np.ndarray = field(default_factory=lambda: np.zeros(0), repr=False)
+    rtts: list = field(default_factory=list, repr=False)
+
+    def public(self) -> dict:
+        """JSON-ready dict (without the delta sum vector and raw RTTs)."""
+        if self.rtts:
+            self.rtt_mean_s = float(np.mean(self.rtts))
+            self.rtt_p95_s = float(np.percentile(self.rtts, 95))
+        d = asdict(self)
+        d.pop("produced")
+        d.pop("rtts")
+        d["exchanges_started"] = self.pushes
+        return d
+
+
+@dataclass(frozen=True)
+class StepPlan:
+    """How many SGD steps a worker takes and with which hyper-parameters.
+
+    With a shared budget (``lease`` set) a worker keeps passing over its shard until the server's
+    leases end the run; ``lease`` is what it may process before its first reply. Otherwise it
+    makes ``epochs`` passes over its own shard.
+    """
+
+    epochs: int
+    batch_size: int
+    lr: float
+    l2: float
+    n_classes: int
+    max_steps: int | None = None
+    lease: int | None = None
+
+    def steps_per_epoch(self, rows: int) -> int:
+        """Minibatches in one pass over `rows` rows."""
+        return max(1, math.ceil(rows / self.batch_size))
+
+    def total_steps(self, rows: int) -> int | None:
+        """Most steps this worker takes in the whole run (None: until the shared budget is spent)."""
+        n = None if self.lease is not None else self.epochs * self.steps_per_epoch(rows)
+        if self.max_steps is None:
+            return n
+        return self.max_steps if n is None else min(n, self.max_steps)
+
+
+class BatchCursor:
+    """Minibatch row indices, reshuffled every epoch; its state resumes the exact sequence."""
+
+    def __init__(self, rows: int, plan: StepPlan, rng: np.random.Generator) -> None:
+        self.rows, self.plan, self.rng = rows, plan, rng
+        self.per_epoch = plan.steps_per_epoch(rows)
+        self.total = plan.total_steps(rows)
+        self.step = 0                                   # steps handed out so far
+        self.order = np.zeros(0, dtype=np.int64)
+
+    @property
+    def done(self) -> bool:
+        """Whether the worker has taken all its steps (never, under a shared budget)."""
+        return self.total is not None and self.step >= self.total
+
+    def next(self) -> np.ndarray | None:
+        """Row indices of the next step, or None when the worker's steps are done."""
+        if self.done:
+            return None
+        b = self.step % self.per_epoch
+        if b == 0:
+            self.order = self.rng.permutation(self.rows).astype(np.int64)
+        self.step += 1
+        return self.order[b * self.plan.batch_size:(b + 1) * self.plan.batch_size]
+
+    def state(self) -> dict:
+        """JSON-able position: step, generator state (the order travels separately)."""
+        return {"step": self.step, "rng": self.rng.bit_generator.state}
+
+    def restore(self, state: dict, order: np.ndarray) -> None:
+        """Continue from a saved position."""
+        self.step = int(state["step"])
+        self.rng.bit_generator.state = state["rng"]
+        self.order = np.asarray(order, dtype=np.int64)
+
+
+class _Worker:
+    """State of one worker's run: local/base parameters, the pending exchange, counters."""
+
+    def __init__(self, client: Exchanger, params: np.ndarray, stats: WorkerStats,
+                 injector: Injector, rank: int) -> None:
+        self.client = client
+        self.local = params.copy()
+        self.base = params.copy()
+        self.at_send = np.empty_like(params)
+        self.st = WorkerState()
+        self.stats = stats
+        self.injector = injector
+        self.rank = rank
+        self.base_version = 0
+        self.step = 0
+        self.stopped = False          # the server asked this worker to stop (checkpoint + exit)
+        self.finished = False         # the server said the work budget is spent
+        self.allowance = UNLIMITED    # samples it may still process before the server renews its lease
+        self.cursor: BatchCursor | None = None
+
+    def push(self, last: bool) -> None:
+        """Start an exchange carrying every unsent step (local - base)."""
+        delta = self.client.delta
+        np.subtract(self.local, self.base, out=delta)
+        if not math.isfinite(float(delta.sum())):
+            raise TrainingError(f"worker rank {self.rank} produced non-finite parameters at step "
+                                f"{self.step} (learning rate too high?)")
+        self.stats.produced += delta
+        self.at_send[:] = self.local
+        st = self.st
+        step_s = st.unsent_compute_s / max(st.unsent_steps, 1)
+        self.stats.pushes += 1
+        self.client.start(self.stats.pushes, st.unsent_steps, step_s, last,
+                          base_version=self.base_version, rtt_s=st.rtt_ewma or 0.0,
+                          delay_s=self.injector.link_delay(8 * delta.size), samples=st.unsent_samples)
+        st.unsent_steps, st.unsent_compute_s, st.unsent_samples = 0, 0.0, 0
+        st.pending, st.steps_while_pending, st.skips = True, 0, 0
+
+    def capture(self, finished: bool) -> dict:
+        """Resumable state for a checkpoint (sent to the server; pickled, rare)."""
+        st = asdict(self.st)
+        st["pending"] = False
+        stats = {k: v for k, v in asdict(self.stats).items() if k != "produced"}
+        return {"state": {"rank": self.rank, "finished": finished, "cursor": self.cursor.state(),
+                          "schedule": st, "base_version": self.base_version, "stats": stats,
+                          "injector_step": self.injector.step, "allowance": self.allowance,
+                          "budget_finished": self.finished},
+                "unsent": self.local - self.base, "produced": self.stats.produced.copy(),
+                "order": self.cursor.order}
+
+    def restore(self, saved: dict) -> None:
+        """Continue from a checkpointed state: local = global + the unsent work."""
+        state = saved["state"]
+        self.local += saved["unsent"]
+        self.base_version = int(state["base_version"])
+        self.cursor.restore(state["cursor"], saved["order"])
+        self.step = self.cursor.step
+        self.injector.step = int(state["injector_step"])
+        self.allowance = int(state.get("allowance", UNLIMITED))
+        self.finished = bool(state.get("budget_finished", False))
+        for key, value in state["schedule"].items():
+            setattr(self.st, key, value)
+        for key, value in state["stats"].items():
+            setattr(self.stats, key, value)
+        self.stats.produced = np.array(saved["produced"], dtype=np.float64)
+
+    def merge(self, reply) -> None:
+        """Take the server's parameters, keeping steps made since the push."""
+        self.local -= self.at_send
+        self.local += reply.params
+        self.base[:] = reply.params
+        self.base_version = reply.version
+        st, stats = self.st, self.stats
+        st.pending = False
+        st.steps_since_reply = 0
+        st.busy, st.plan = reply.busy, max(1, reply.plan)
+        # the lease counts from the push this reply answers: steps taken since then use it up
+        self.allowance = reply.lease - st.unsent_samples
+        self.finished = self.finished or reply.finish
+        # the exchange's cost: its round trip minus the time the policy held it (held pushes do
+        # not block a non-blocking worker; a slow link or a congested server does count)
+        st.observe_rtt(max(0.0, reply.rtt_s - reply.held_s), RTT_EWMA_ALPHA)
+        stats.rtts.append(reply.rtt_s)
+        stats.exchanges_completed += 1
+        held = min(reply.held_s, reply.blocked_s - reply.delayed_s)
+        stats.wait_s += max(0.0, held)
+        stats.comm_s += max(0.0, reply.blocked_s - reply.delayed_s - max(0.0, held))
+        stats.injected_s += reply.delayed_s
+        if reply.checkpoint:
+            self.client.send_state(self.capture(finished=reply.last))
+        self.stopped = reply.stop
+
+    def wait(self) -> Generator[Effect, Any, None]:
+        """Block until the pending exchange completes, then merge."""
+        self.merge((yield WAIT))
+
+    def poll(self) -> None:
+        """Merge the pending exchange if it has completed (drives MPI progress too)."""
+        reply = self.client.test()
+        if reply is not None:
+            self.merge(reply)
+
+
+def worker_core(client: Exchanger, data: BoundModel, params: np.ndarray, plan: StepPlan,
+                rng: np.random.Generator, rank: int, injector: Injector, schedule: Schedule | None = None,
+                resume: dict | None = None) -> Generator[Effect, Any, tuple[np.ndarray, WorkerStats]]:
+    """Train on the bound shard under `schedule`; returns the last local parameters and stats.
+
+    The worker never processes more samples than its budget lease allows: when the lease is
+    used up it pushes and waits for the server to renew it. It ends when the server says the
+    budget is spent (FINISH) or, with a per-worker budget, after its own steps; either way the
+    last push carries everything still unsent with the DONE flag, so no local work is ever
+    dropped. A reply flagged CHECKPOINT makes the worker send its state to the server; one
+    flagged STOP ends the loop after that (the run resumes from the checkpoint).
+    """
+    schedule = schedule or Schedule()
+    scratch = data.scratch()
+    stats = WorkerStats(rank=rank, rows=data.rows, slowdown=injector.factor, produced=np.zeros_like(params))
+    w = _Worker(client, params, stats, injector, rank)
+    w.cursor = cursor = BatchCursor(data.rows, plan, rng)
+    w.allowance = plan.lease if plan.lease is not None else UNLIMITED
+    if resume is not None:
+        w.restore(resume)
+        if resume["state"]["finished"]:
+            return w.local, stats
+    st = w.st
+    while not (w.stopped or w.finished or cursor.done):
+        if w.allowance <= 0:
+            # lease used up: hand the work in and wait for the server to renew the lease
+            stats.lease_waits += 1
+            if not st.pending:
+                w.push(last=False)
+            yield from w.wait()
+            continue
+        idx = cursor.next()
+        if idx.size > w.allowance:
+            idx = idx[:w.allowance]          # the budget's last partial minibatch
+        yield from _step(w, data, plan, idx, scratch)
+        if st.pending:
+            st.steps_while_pending += 1
+            stats.steps_while_pending += 1
+            w.poll()
+        if w.stopped or w.finished or cursor.done:
+            break
+        action = schedule.decide(st)
+        if action == Action.CONTINUE:
+            if not st.pending:
+                st.skips += 1
+                stats.skips += 1
+        elif action == Action.WAIT:
+            yield from w.wait()
+        else:
+            if st.pending:
+                yield from w.wait()
+            if w.stopped or w.finished:
+                break
+            forced = action == Action.PUSH_AND_WAIT and schedule.name != "blocking"
+            stats.forced_syncs += int(forced)
+            w.push(last=False)
+            if action == Action.PUSH_AND_WAIT:
+                yield from w.wait()
+    if st.pending and not w.stopped:
+        yield from w.wait()
+    if not w.stopped:
+        # the last push carries everything unsent (also when a resumed run has no steps left)
+        w.push(last=True)
+        yield from w.wait()
+    return w.local, stats
+
+
+def _step(w: _Worker, data: BoundModel, plan: StepPlan, idx: np.ndarray,
+          scratch) -> Generator[Effect, Any, None]:
+    """One SGD step on rows `idx`; the driver says how long it took and what was injected."""
+    w.step = w.cursor.step
+    t0, c0 = time.perf_counter(), time.thread_time()
+    data.step(w.local, idx, plan.lr, plan.l2, scratch)
+    compute, slow = yield Compute(time.perf_counter() - t0, time.thread_time() - c0)
+    st, stats = w.st, w.stats
+    stats.steps += 1
+    stats.samples += int(idx.size)
+    stats.compute_s += compute
+    stats.injected_s += slow
+    st.unsent_steps += 1
+    st.unsent_samples += int(idx.size)
+    st.unsent_compute_s += compute + slow
+    st.steps_since_reply += 1
+    w.allowance -= int(idx.size)
