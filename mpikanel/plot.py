@@ -1,4 +1,4 @@
-"""Plots of metrics files: test loss vs wall time, and per-worker time breakdowns.
+"""Plots of metrics files: test (and validation) loss vs wall time, and per-worker time breakdowns.
 
 Usage: ``python -m mpikanel.plot RUN.h5 [RUN.h5 ...] -o loss.png [--timeline timeline.png]``
 (PNG, SVG or PDF by the file suffix). Needs matplotlib (``pip install matplotlib``).
@@ -55,25 +55,41 @@ def _check_suffix(path: str | Path) -> None:
 
 
 def plot_loss_curves(runs: Sequence[dict], path: str | Path, target_loss: float | None = None,
-                     logy: bool = False, title: str | None = None) -> None:
-    """Figure 1: test loss vs wall time of all runs on one chart, saved to `path`."""
+                     logy: bool = False, title: str | None = None,
+                     keys: Sequence[str] = ("test_loss", "val_loss")) -> None:
+    """Figure 1: loss vs wall time of all runs on one chart (test solid, validation dashed where recorded)."""
     _check_suffix(path)
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(8, 5), layout="constrained")
     for run, label in zip(runs, _labels(runs)):
-        curve = run["curve"]
-        ax.plot(curve["time_s"], curve["test_loss"], marker=".", markersize=3, label=label)
+        _curve_lines(ax, run["curve"], label, keys)
     if target_loss is not None:
         ax.axhline(target_loss, color="black", linestyle="--", linewidth=1,
                    label=f"target {target_loss:g}")
     if logy:
         ax.set_yscale("log")
+    names = [CURVE_NAMES.get(k, k) for k in keys]
     ax.set_xlabel("wall time (s)")
-    ax.set_ylabel("test loss")
-    ax.set_title(title or "Test loss vs wall time")
+    ax.set_ylabel(" / ".join(names))
+    ax.set_title(title or f"{' and '.join(names).capitalize()} vs wall time")
     ax.grid(True, alpha=0.3)
     ax.legend()
     _save(plt, fig, path)
+
+
+#: curve key -> axis and legend name
+CURVE_NAMES = {"test_loss": "test loss", "val_loss": "validation loss"}
+
+
+def _curve_lines(ax: Any, curve: dict, label: str, keys: Sequence[str]) -> None:
+    """One run's curves: the first present key solid, the others dashed in the same colour."""
+    present = [k for k in keys if k in curve]
+    color = None
+    for i, key in enumerate(present):
+        suffix = "" if len(present) == 1 else f" ({CURVE_NAMES.get(key, key)})"
+        (line,) = ax.plot(curve["time_s"], curve[key], marker="." if i == 0 else None, markersize=3,
+                          linestyle="-" if i == 0 else "--", color=color, label=label + suffix)
+        color = line.get_color()
 
 
 def plot_timeline(runs: Sequence[dict], path: str | Path) -> None:
@@ -145,7 +161,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m mpikanel.plot",
                                 description="Plot mpikanel metrics files (HDF5 written by a run).")
     p.add_argument("metrics", nargs="+", metavar="METRICS.h5", help="metrics files to compare")
-    p.add_argument("-o", "--output", metavar="PATH", help="test loss vs wall time figure (.png/.svg/.pdf)")
+    p.add_argument("-o", "--output", metavar="PATH", help="test loss (validation loss dashed, when recorded) vs wall time figure (.png/.svg/.pdf)")
     p.add_argument("--timeline", metavar="PATH", help="per-worker compute/comm/wait/injected figure")
     p.add_argument("--psp", metavar="PATH", help="PSP runs: predicted vs actual arrival per round")
     p.add_argument("--target-loss", type=float, metavar="LOSS", help="draw a horizontal target line")

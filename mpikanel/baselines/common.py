@@ -29,13 +29,9 @@ from ..hetero import Injector, describe_hetero, parse_hetero, sleep_for
 from ..kernels import BoundModel, bind, get_model, warmup
 from ..metrics import SnapshotRecorder, evaluate_curve, write_metrics
 from ..summary import add_curve
-from ..train import agree, data_spec, hetero_spec
+from ..budget import total_samples
+from ..train import agree, data_spec, hetero_spec, val_rows
 from ..worker_loop import BatchCursor, StepPlan
-
-
-def val_rows(n_rows: int, fraction: float) -> int:
-    """Validation rows held out at the end of the `n_rows` training rows (mpikanel.train's rule)."""
-    return int(round(fraction * n_rows))
 
 
 def steps_for_samples(rows: int, batch_size: int, samples: int) -> int:
@@ -50,7 +46,8 @@ def budget_steps(config: TrainConfig, n_train: int, ranks: int, shard_rows: int)
     if config.budget == "per-worker":
         n = config.epochs * math.ceil(shard_rows / config.batch_size)
     else:
-        n = steps_for_samples(shard_rows, config.batch_size, math.ceil(config.epochs * n_train / ranks))
+        share = math.ceil(total_samples(config.epochs, n_train) / ranks)
+        n = steps_for_samples(shard_rows, config.batch_size, share)
     return n if config.max_steps is None else min(n, config.max_steps)
 
 
@@ -77,12 +74,12 @@ def setup(config: TrainConfig, comm: Any) -> Setup:
             return None
         parse_hetero(hetero_spec(config), size)
         info = describe(spec)
-        if info.n_rows - val_rows(info.n_rows, config.val_fraction) < size:
+        if info.n_rows - val_rows(config, info.n_rows) < size:
             raise InputError(f"{info.description} has {info.n_rows} training rows, too few for {size} ranks")
         return info
 
     info = comm.bcast(agree(comm, check), root=0)
-    n_train = info.n_rows - val_rows(info.n_rows, config.val_fraction)
+    n_train = info.n_rows - val_rows(config, info.n_rows)
     start, stop = shard_range(n_train, size, rank)
 
     def load() -> tuple:
@@ -201,7 +198,8 @@ def _finish(config: TrainConfig, comm: Any, s: Setup, kind: str, params: np.ndar
         "test_loss": s.test.loss_sum(params) / s.test.rows, "test_accuracy": s.test.correct(params) / s.test.rows,
         **_val_metrics(s.val, params), "deltas_sent": int(sum(w["pushes"] for w in workers)),
         "budget": config.budget, "samples": int(sum(w["samples"] for w in workers)),
-        "samples_budget": config.epochs * s.n_train if config.budget == "shared" else None, "params_norm": float(np.linalg.norm(params)),
+        "samples_budget": total_samples(config.epochs, s.n_train) if config.budget == "shared" else None,
+        "params_norm": float(np.linalg.norm(params)),
         "load_avg_before": load_before, "load_avg_after": load_after, **extra},
         mpi_library=MPI.Get_library_version().splitlines()[0])
     finish(config, summary, curve)

@@ -1,45 +1,68 @@
-"""``bench sync``: time to a target test loss of every sync model and two baselines, per scenario.
+"""``bench sync``: held time to a validation target, and final test figures, of every sync model and baseline.
 
-Each (scenario, model, learning rate) is one launch: ``mpiexec -n R python -m mpikanel.train``
-(or ``mpikanel.baselines.allreduce_sgd``; ``mpikanel.baselines.sklearn_sgd`` runs in one process
-once per rate and is shown in every scenario, since heterogeneity does not apply to it) writing
-``DIR/<scenario>-<model>-lr<lr>.h5``. Afterwards, per scenario:
+Protocol, per scenario (all runs at ``--ranks`` ranks, default 5, the same for every model):
 
-* target loss = 1.02 x the best final test loss BSP reaches at any rate in that scenario
-  (``--target-loss`` overrides; without a BSP run, the best final loss of any model);
-* time to target = :func:`mpikanel.metrics.time_to_target` of each run's curve;
-* each model is reported at its best rate: shortest time to target, then lowest final loss.
+1. **Rate selection** (one seed, the first of ``--seeds``): every model runs at every rate of
+   ``--lrs`` (at least 4 rates spanning at least 10x); its rate is the one with the lowest final
+   *validation* loss (``--val-fraction``: the last F of the training rows, never trained on). A
+   choice at either end of the grid is flagged in the results ("edge"): the grid may be too
+   narrow for that model. Local SGD averages the ranks' parameters (the mean of their deltas)
+   where the others add the sum, so its grid is ``--lrs`` x the number of trainers (the same
+   effective step sizes); tables show the rate actually used.
+2. **Seeds**: every model runs again at its chosen rate with each other seed of ``--seeds``
+   (the selection run counts as the first seed's).
+3. **Target** = 1.03 x the lowest final validation loss of any BSP run in the scenario (any rate,
+   any seed); ``--target-loss`` overrides it. The target comes from validation, so times to
+   target are measured on the *validation* curve; final loss and accuracy are TEST figures.
+4. **Held time to target** (:func:`mpikanel.metrics.time_to_target`): the time after which the
+   validation loss stays at or below the target for the rest of the run; a run that ends above
+   it has none ("not held"). **First touch** (:func:`mpikanel.metrics.first_touch`): the first
+   time it is at or below. Each table cell is the median over seeds with [min-max]; a not-held
+   run counts as infinitely late, and a time cell where some seeds never held says "k/n held".
+
+Models: the sync models (``bsp asp ssp:3 esp psp``), ``psp-zipline`` (``--sync psp --psp-wait
+idle``: the same PSP plan, fast workers idle while a round closes), ``allreduce``
+(:mod:`mpikanel.baselines.allreduce_sgd`: sum of the deltas every step) and ``localsgd-H``
+(:mod:`mpikanel.baselines.local_sgd`: H local steps, then the average; H = 1, 4, 16). The
+baselines have no server, so all R ranks train against the parameter server's R-1 workers.
+Every run processes the same work, EPOCHS x training rows samples (``--budget shared``).
+
+Scenarios: homogeneous, straggler (``--slowdown 1:4``), lognormal (``--slowdown lognormal:0.5``),
+slow-link (``--link-delay 1:0.03``), congested (``--server-delay 0.004``: a seeded service time
+per push on the server, on the same rank count). A homogeneous run whose largest realized
+step-time ratio (``per_worker[i].step_time_rel``: seconds per step, compute plus injection,
+relative to the fastest worker) exceeds 1.3 is flagged: CPU contention, not the sync model,
+decided it.
 
 Default workload (softmax, 10 classes): ``--synthetic-rows 100000 --synthetic-features 1000
---batch-size 2048 --epochs 20 --snapshot-interval 0.1`` (220 steps per worker at 5 ranks).
-Measured at 5 ranks on 2 cores (mpich wheel): a step's compute (~6-9 ms with 4 workers sharing
-2 cores) is about twice an exchange (~3-8 ms, 80 kB), so a 4x straggler matters. 512-row batches
-(60000x400 or 100000x1000, 2-3 epochs) made compute smaller than communication and the runs too
-short (0.2-0.7 s) to time; 30 epochs made the harness too long. With 20 epochs BSP took 4.9-6.7 s
-homogeneous and 10.7-14.8 s with ``--slowdown 1:4`` (load average 5-9 from other jobs). A run
-also spends 5-20 s starting (5 Python processes, numba cache, data) outside its wall time, so
-the default harness (2 scenarios x 6 MPI models x 3 rates, sklearn 3 x <= 30 s) takes ~8 min on
-an idle 2-core machine and much longer on a loaded one. ``--slowdown`` scales *measured* compute,
-so CPU contention from other ranks or jobs inflates the injected time too.
-``--quick`` is a tiny workload for tests.
+--batch-size 2048 --epochs 10 --val-fraction 0.1 --snapshot-interval 0.1``. See
+docs/benchmarks.md for the measured cost of a run. The full harness (the README's tables)::
+
+    python -m mpikanel.bench sync --scenario homogeneous straggler slow-link --seeds 0 1 2 \\
+        --out docs/results/sync
+
+``--quick`` is a tiny workload for tests and smoke runs. Results: ``DIR/results.md`` and
+``DIR/results.json`` (git commit, versions, load average before and after, nproc, the exact
+command), each run's metrics file ``DIR/<scenario>-<model>-lr<lr>-s<seed>.h5`` and plots.
 """
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import signal
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
-
-import numpy as np
+from typing import Iterable, Sequence
 
 from ..errors import InputError
-from ..metrics import read_metrics, time_to_target
-from ..sync import AVAILABLE_SYNC_MODELS, SYNC_MODELS
+from ..metrics import first_touch, read_metrics, time_to_target
+from ..sync import SYNC_MODELS
 from .launch import MpiexecNotFound, find_mpiexec, rank_env
 
 #: scenario -> extra mpikanel.train flags (without the leading --)
@@ -47,80 +70,194 @@ SCENARIOS: dict[str, dict[str, str]] = {
     "homogeneous": {},
     "straggler": {"slowdown": "1:4"},
     "lognormal": {"slowdown": "lognormal:0.5"},
-    "pauses": {"pause-prob": "0.05", "pause-s": "0.02"},
     "slow-link": {"link-delay": "1:0.03"},     # ~10x a ~3 ms exchange of the default workload
-    # one server, 15 workers, 100k parameters (800 kB per push and per reply): the server and
-    # the message volume are the bottleneck, which skipping exchanges relieves
-    "congested": {"synthetic-rows": "30000", "synthetic-features": "10000", "batch-size": "64",
-                  "epochs": "1"},
+    # a service time per push on the server (~ a step's compute): pushes queue at the server
+    "congested": {"server-delay": "0.004"},
 }
-#: scenarios that need another rank count than --ranks
-SCENARIO_RANKS = {"congested": 16}
+DEFAULT_SCENARIOS = ("homogeneous", "straggler", "slow-link")
 WORKLOAD = {"synthetic-rows": "100000", "synthetic-features": "1000", "batch-size": "2048",
-            "epochs": "20", "snapshot-interval": "0.1"}
+            "epochs": "10", "snapshot-interval": "0.1"}
 QUICK = {"synthetic-rows": "6000", "synthetic-features": "20", "batch-size": "64",
          "epochs": "3", "snapshot-interval": "0.02"}
-BASELINES = {"allreduce": "mpikanel.baselines.allreduce_sgd", "sklearn": "mpikanel.baselines.sklearn_sgd"}
-TARGET_FACTOR = 1.02
-HEADERS = ("model", "best lr", "time to target s", "ratio to BSP", "final test loss",
-           "final test acc", "total wait s", "run wall s")
+DEFAULT_LRS = (0.1, 0.2, 0.5, 1.0)
+DEFAULT_MODELS = ("bsp", "asp", "ssp:3", "esp", "psp", "psp-zipline", "allreduce",
+                  "localsgd-1", "localsgd-4", "localsgd-16")
+BASELINE_MODULES = {"allreduce": "mpikanel.baselines.allreduce_sgd", "localsgd": "mpikanel.baselines.local_sgd"}
+#: what the ':ARG' of a model spec sets: ssp:3 (staleness), esp:inverse, psp:normalized
+MODEL_ARG = {"ssp": "--staleness", "esp": "--esp-scale", "psp": "--psp-aggregate"}
+TARGET_FACTOR = 1.03
+CONTENTION_RATIO = 1.3
+MIN_GRID, MIN_SPAN = 4, 10.0
+HEADERS = ("model", "lr", "held time to target s (val)", "ratio to BSP", "first touch s (val)",
+           "final test loss", "final test acc", "total wait s", "wall s", "samples", "max step-time ratio")
 
 
-def default_models() -> list[str]:
-    """Every available sync model (SSP as ssp:3), then the baselines."""
-    return [f"{m}:3" if m == "ssp" else m for m in AVAILABLE_SYNC_MODELS] + list(BASELINES)
+# ---------------------------------------------------------------- models and commands
+
+@dataclass(frozen=True)
+class ModelRun:
+    """How to launch one bench model: module, its flags, and the factor on the rate grid."""
+
+    module: str
+    flags: tuple[str, ...]
+    lr_scale: float = 1.0
+
+
+def model_run(model: str, ranks: int) -> ModelRun:
+    """The launch recipe of a bench model name (sync[:ARG], psp-zipline, allreduce, localsgd-H)."""
+    name, _, arg = model.partition(":")
+    if model == "psp-zipline":
+        return ModelRun("mpikanel.train", ("--sync", "psp", "--psp-wait", "idle"))
+    if model == "allreduce":
+        return ModelRun(BASELINE_MODULES["allreduce"], ())
+    if name.startswith("localsgd-"):
+        return ModelRun(BASELINE_MODULES["localsgd"], ("--local-steps", name.split("-", 1)[1]), float(ranks))
+    if name == "ssp":
+        arg = arg or "3"
+    return ModelRun("mpikanel.train", ("--sync", name, *((MODEL_ARG[name], arg) if arg else ())))
 
 
 def _model_spec(text: str) -> str:
+    """argparse type: a valid bench model name."""
     name, _, arg = text.partition(":")
-    if name not in SYNC_MODELS and name not in BASELINES:
-        raise argparse.ArgumentTypeError(f"unknown model {text!r}; choose from "
-                                         f"{', '.join(SYNC_MODELS + tuple(BASELINES))} "
-                                         "(ssp:S, esp:inverse, psp:normalized)")
+    steps = name.split("-", 1)[1] if name.startswith("localsgd-") else None
+    if steps is not None and not (steps.isdigit() and int(steps) >= 1):
+        raise argparse.ArgumentTypeError(f"localsgd-H needs an integer H >= 1, got {text!r}")
+    known = name in SYNC_MODELS or text in ("psp-zipline", "allreduce") or steps is not None
+    if not known:
+        raise argparse.ArgumentTypeError(f"unknown model {text!r}; choose from {', '.join(SYNC_MODELS)} "
+                                         "(ssp:S, esp:inverse, psp:normalized), psp-zipline, allreduce, localsgd-H")
     if arg and name not in MODEL_ARG:
         raise argparse.ArgumentTypeError(f"only ssp:S, esp:SCALE and psp:AGGREGATE take a parameter, got {text!r}")
     return text
 
 
+def check_grid(lrs: Sequence[float]) -> None:
+    """InputError unless the rate grid has >= 4 positive rates spanning >= 10x."""
+    rates = sorted(set(lrs))
+    if len(rates) < MIN_GRID or rates[0] <= 0 or rates[-1] / rates[0] < MIN_SPAN * (1 - 1e-9):
+        raise InputError(f"--lrs needs at least {MIN_GRID} distinct positive rates spanning at least "
+                         f"{MIN_SPAN:g}x, got {' '.join(f'{x:g}' for x in lrs)}")
+
+
+# ---------------------------------------------------------------- pure analysis
+
+def choose_rate(records: Sequence[dict]) -> tuple[float | None, str | None]:
+    """The rate whose run ends with the lowest final validation loss, and a warning if it is a grid edge.
+
+    `records`: one model's selection runs (one per rate); failed runs never win. (None, None)
+    when every run failed.
+    """
+    ok = [r for r in records if r.get("ok") and _finite(r.get("val_loss"))]
+    if not ok:
+        return None, None
+    best = min(ok, key=lambda r: r["val_loss"])
+    grid = sorted(r["lr"] for r in records)
+    edge = "lowest" if best["lr"] == grid[0] else "highest" if best["lr"] == grid[-1] else None
+    return best["lr"], (None if edge is None else f"best rate {best['lr']:g} is the {edge} of the grid")
+
+
+def target_from(records: Iterable[dict], factor: float = TARGET_FACTOR) -> float | None:
+    """factor x the lowest final validation loss of the BSP runs (of any run without BSP); None if none."""
+    ok = [r for r in records if r.get("ok") and _finite(r.get("val_loss"))]
+    bsp = [r for r in ok if r["model"] == "bsp"] or ok
+    return factor * min(r["val_loss"] for r in bsp) if bsp else None
+
+
+def mark_times(record: dict, target: float | None) -> None:
+    """Set the run's held time to target and first-touch time on its validation curve (None: never)."""
+    t, loss = record.get("_val_curve", ((), ()))
+    ok = target is not None and len(t) > 0
+    record["held_s"] = time_to_target(t, loss, target) if ok else None
+    record["touch_s"] = first_touch(t, loss, target) if ok else None
+
+
+@dataclass(frozen=True)
+class Spread:
+    """Median and range over seeds; None values (never reached) count as infinitely late."""
+
+    median: float
+    low: float
+    high: float
+    n: int
+    missing: int
+
+
+def spread(values: Sequence[float | None]) -> Spread | None:
+    """Median, min and max of `values` with None as +inf; None for no values."""
+    if not values:
+        return None
+    xs = sorted(math.inf if v is None else float(v) for v in values)
+    mid = len(xs) // 2
+    median = xs[mid] if len(xs) % 2 else (xs[mid - 1] + xs[mid]) / 2
+    return Spread(median, xs[0], xs[-1], len(xs), sum(1 for v in values if v is None))
+
+
+def _num(x: float, spec: str, never: str) -> str:
+    return never if math.isinf(x) else format(x, spec)
+
+
+def format_spread(values: Sequence[float | None], spec: str = ".4f", never: str = "n/a") -> str:
+    """'median [min-max]' over seeds (a single value alone); '-' for none."""
+    s = spread(values)
+    if s is None:
+        return "-"
+    med = _num(s.median, spec, never)
+    if s.n == 1:
+        return med
+    return f"{med} [{_num(s.low, spec, never)}-{_num(s.high, spec, never)}]"
+
+
+def format_time(values: Sequence[float | None], what: str = "held") -> str:
+    """A time-to-target cell: median [min-max] over seeds, 'not held' for None, '(k/n held)' if some never did."""
+    s = spread(values)
+    if s is None:
+        return "-"
+    never = f"not {what}"
+    if s.missing == s.n:
+        return f"{never} (0/{s.n})"
+    text = format_spread(values, ".2f", never)
+    return text if s.missing == 0 else f"{text} ({s.n - s.missing}/{s.n} {what})"
+
+
+def ratio_to(reference: Sequence[float | None], values: Sequence[float | None]) -> str:
+    """Median reference time / median time (>1 = faster than the reference); '-' if either never held."""
+    a, b = spread(reference), spread(values)
+    if a is None or b is None or math.isinf(a.median) or math.isinf(b.median) or b.median <= 0:
+        return "-"
+    return f"{a.median / b.median:.2f}"
+
+
+def _finite(x: object) -> bool:
+    return isinstance(x, (int, float)) and math.isfinite(x)
+
+
+# ---------------------------------------------------------------- running
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Flags of the sync benchmark."""
     parser.add_argument("--scenario", nargs="+", action="extend", metavar="NAME",
-                        help=f"scenarios: {', '.join(SCENARIOS)} or all (default: homogeneous straggler)")
+                        help=f"scenarios: {', '.join(SCENARIOS)} or all (default: {' '.join(DEFAULT_SCENARIOS)})")
     parser.add_argument("--models", nargs="+", type=_model_spec, default=None, metavar="MODEL",
-                        help=f"models (default: {' '.join(default_models())})")
-    parser.add_argument("--lrs", nargs="+", type=float, default=[0.05, 0.1, 0.2], help="learning-rate grid")
-    parser.add_argument("--ranks", type=int, default=5, help="MPI ranks per run (the server + workers)")
-    parser.add_argument("--seed", type=int, default=0, help="seed of data, order and injection")
+                        help=f"models (default: {' '.join(DEFAULT_MODELS)})")
+    parser.add_argument("--lrs", nargs="+", type=float, default=list(DEFAULT_LRS),
+                        help=f"rate grid, >= {MIN_GRID} rates spanning >= {MIN_SPAN:g}x (local SGD: x trainers)")
+    parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2],
+                        help="seeds of data order and injection; the first selects the rate")
+    parser.add_argument("--ranks", type=int, default=5, help="MPI ranks per run (parameter server: 1 server + workers)")
+    parser.add_argument("--val-fraction", type=float, default=0.1,
+                        help="last F of the training rows held out for rate choice and target")
     parser.add_argument("--target-loss", type=float, default=None,
-                        help=f"target test loss (default: {TARGET_FACTOR} x BSP's best final loss per scenario)")
+                        help=f"validation target (default: {TARGET_FACTOR} x BSP's best final validation loss)")
     parser.add_argument("--out", metavar="DIR", help="output directory (default: runs/bench-sync-<timestamp>)")
     parser.add_argument("--timeout", type=float, default=240.0, help="seconds allowed per run")
     parser.add_argument("--quick", action="store_true", help="tiny workload (tests, smoke runs)")
-    parser.add_argument("--sklearn-max-s", type=float, default=30.0,
-                        help="stop the sklearn baseline after this much training time (0 = run all epochs)")
     for key in ("synthetic-rows", "synthetic-features", "batch-size", "epochs"):
         parser.add_argument(f"--{key}", type=int, default=None, help=f"workload override (default {WORKLOAD[key]})")
 
 
 def _flags(values: dict[str, str]) -> list[str]:
-    out: list[str] = []
-    for key, value in values.items():
-        out += [f"--{key}", str(value)]
-    return out
-
-
-#: what the ':ARG' of a model spec sets: ssp:3 (staleness), esp:inverse (stale-delta scaling),
-#: psp:normalized (aggregation)
-MODEL_ARG = {"ssp": "--staleness", "esp": "--esp-scale", "psp": "--psp-aggregate"}
-
-
-def _model_flags(model: str) -> list[str]:
-    name, _, arg = model.partition(":")
-    if name in BASELINES:
-        return []
-    if name == "ssp":
-        arg = arg or "3"
-    return ["--sync", name] + ([MODEL_ARG[name], arg] if arg and name in MODEL_ARG else [])
+    return [x for key, value in values.items() for x in (f"--{key}", str(value))]
 
 
 def _execute(cmd: list[str], timeout: float) -> tuple[int | None, str]:
@@ -136,128 +273,65 @@ def _execute(cmd: list[str], timeout: float) -> tuple[int | None, str]:
     return proc.returncode, err[-1500:]
 
 
-def _run_one(args: argparse.Namespace, out: Path, scenario: str, model: str, lr: float,
-             workload: dict[str, str]) -> dict:
-    """Launch one run and return its record (metrics path, exit status, error)."""
-    stem = f"{scenario}-{model.replace(':', '')}-lr{lr:g}"
-    common = [*_flags(workload), "--lr", f"{lr:g}", "--seed", str(args.seed), "--metrics", str(out / f"{stem}.h5"),
-              "--summary-json", str(out / f"{stem}.json"), "--quiet"]
-    if model == "sklearn":
-        eta0 = lr / int(workload["batch-size"])
-        cmd = [sys.executable, "-m", BASELINES["sklearn"], *common, "--eta0", f"{eta0:g}"]
-        if args.sklearn_max_s > 0:
-            cmd += ["--max-train-s", f"{args.sklearn_max_s:g}"]
-    else:
-        module = BASELINES.get(model, "mpikanel.train")
-        ranks = SCENARIO_RANKS.get(scenario, args.ranks)
-        cmd = [find_mpiexec(), "-n", str(ranks), sys.executable, "-m", module, *common,
-               *_flags(SCENARIOS[scenario]), *_model_flags(model), "--scenario", scenario]
+def run_command(args: argparse.Namespace, out: Path, scenario: str, model: str, lr: float, seed: int,
+                workload: dict[str, str]) -> tuple[list[str], Path]:
+    """The mpiexec command line of one run and its metrics path."""
+    recipe = model_run(model, args.ranks)
+    stem = f"{scenario}-{model.replace(':', '')}-lr{lr:g}-s{seed}"
+    cmd = [find_mpiexec(), "-n", str(args.ranks), sys.executable, "-m", recipe.module, *recipe.flags,
+           *_flags(workload), "--val-fraction", f"{args.val_fraction:g}", "--lr", f"{lr:g}", "--seed", str(seed),
+           *_flags(SCENARIOS[scenario]), "--scenario", scenario, "--metrics", str(out / f"{stem}.h5"), "--quiet"]
+    return cmd, out / f"{stem}.h5"
+
+
+def run_one(args: argparse.Namespace, out: Path, scenario: str, model: str, lr: float, seed: int,
+            workload: dict[str, str]) -> dict:
+    """Launch one run and return its record (loaded from the metrics file when it succeeded)."""
+    cmd, metrics = run_command(args, out, scenario, model, lr, seed, workload)
     t0 = time.perf_counter()
     code, err = _execute(cmd, args.timeout)
-    record = {"scenario": scenario, "model": model, "lr": lr, "metrics": str(out / f"{stem}.h5"),
+    record = {"scenario": scenario, "model": model, "lr": lr, "seed": seed, "metrics": str(metrics),
               "command": cmd, "exit_code": code, "elapsed_s": time.perf_counter() - t0, "ok": code == 0}
-    if code == 3 and model == "sklearn":
-        record["skipped"] = "scikit-learn not installed"
-    elif code != 0:
+    if code != 0:
         record["error"] = err.strip().splitlines()[-1] if err.strip() else f"exit {code}"
+    else:
+        load_record(record)
+    status = (f"wall {record['wall_s']:.2f} s, val {record['val_loss']:.4f}" if record["ok"]
+              else record.get("error"))
+    print(f"  {scenario:<12} {model:<12} lr {lr:<6g} seed {seed} {record['elapsed_s']:6.1f} s  {status}",
+          file=sys.stderr, flush=True)
     return record
 
 
-def _load(record: dict) -> None:
-    """Add final loss, accuracy, total wait and wall time from the run's metrics file."""
+def load_record(record: dict) -> None:
+    """Add the final figures, wait, samples, step-time ratio and the validation curve from the metrics file."""
     try:
         m = read_metrics(record["metrics"])
     except InputError as exc:
         record.update(ok=False, error=str(exc))
         return
-    s = m["summary"]
-    record.update(final_loss=s["test_loss"], final_accuracy=s["test_accuracy"], wall_s=s["wall_s"],
-                  total_wait_s=sum(float(w.get("wait_s", 0.0)) for w in m["workers"]),
+    s, workers, curve = m["summary"], m["workers"], m["curve"]
+    if "val_loss" not in curve:
+        record.update(ok=False, error="no validation curve in the metrics file")
+        return
+    record.update(val_loss=s.get("val_loss"), test_loss=s["test_loss"], test_accuracy=s["test_accuracy"],
+                  wall_s=s["wall_s"], total_wait_s=sum(float(w.get("wait_s", 0.0)) for w in workers),
+                  samples=s.get("samples"), step_time_ratio=max_step_ratio(workers),
+                  load_avg=(s.get("load_avg_before"), s.get("load_avg_after")),
                   mpi_library=s.get("versions", {}).get("mpi", ""))
-    record["_curve"] = (m["curve"]["time_s"], m["curve"]["test_loss"])
+    record["_val_curve"] = (list(curve["time_s"]), list(curve["val_loss"]))
 
 
-def _target(runs: list[dict], override: float | None) -> float | None:
-    if override is not None:
-        return override
-    ok = [r for r in runs if r["ok"] and r.get("final_loss") is not None]
-    bsp = [r for r in ok if r["model"] == "bsp"] or ok
-    return TARGET_FACTOR * min(r["final_loss"] for r in bsp) if bsp else None
-
-
-def _best(runs: list[dict], target: float | None) -> dict[str, dict]:
-    """model -> its best run: shortest time to target, then lowest final test loss."""
-    best: dict[str, dict] = {}
-    for r in runs:
-        if not r["ok"]:
-            continue
-        r["time_to_target_s"] = None if target is None else time_to_target(*r["_curve"], target)
-        key = (r["time_to_target_s"] is None, r["time_to_target_s"] or 0.0, r["final_loss"])
-        if r["model"] not in best or key < best[r["model"]]["_key"]:
-            r["_key"] = key
-            best[r["model"]] = r
-    return best
-
-
-def _row(model: str, r: dict | None, bsp_time: float | None, why: str = "failed") -> list[str]:
-    if r is None:
-        return [model, "-", why, "-", "-", "-", "-", "-"]
-    t = r["time_to_target_s"]
-    ratio = f"{bsp_time / t:.2f}" if t and bsp_time else "-"
-    return [model, f"{r['lr']:g}", "not reached" if t is None else f"{t:.2f}", ratio, f"{r['final_loss']:.4f}",
-            f"{r['final_accuracy']:.4f}", f"{r['total_wait_s']:.2f}", f"{r['wall_s']:.2f}"]
-
-
-def markdown_table(headers: tuple[str, ...], rows: list[list[str]]) -> str:
-    """A GitHub markdown table."""
-    lines = ["| " + " | ".join(headers) + " |", "|" + "|".join("---" for _ in headers) + "|"]
-    return "\n".join(lines + ["| " + " | ".join(row) + " |" for row in rows])
-
-
-def _plots(out: Path, scenario: str, best: dict[str, dict], target: float | None, ranks: int) -> list[str]:
-    """Loss and timeline charts of each model's best run; names of the files written (or a note).
-
-    The loss chart's time axis ends at 1.5x the longest MPI run (a long sklearn curve is cut there);
-    the timeline leaves sklearn out (one process: compute only).
-    """
-    from ..plot import plot_loss_curves, plot_timeline
-
-    runs = []
-    for model, r in best.items():
-        m = read_metrics(r["metrics"])
-        m["attrs"].update(sync=model, scenario=f"lr {r['lr']:g}")
-        runs.append(m)
-    if not runs:
-        return []
-    walls = [m["summary"]["wall_s"] for m in runs if m["attrs"]["sync"] != "sklearn"]
-    horizon = 1.5 * max(walls) if walls else float("inf")
-    shown = [{**m, "curve": {k: np.asarray(v)[np.asarray(m["curve"]["time_s"]) <= horizon]
-                             for k, v in m["curve"].items()}} for m in runs]
-    loss, timeline = out / f"{scenario}-loss.png", out / f"{scenario}-timeline.png"
-    try:
-        plot_loss_curves(shown, loss, target, logy=True,
-                         title=f"{scenario}: test loss vs wall time ({ranks} ranks, each model at its best lr)")
-        plot_timeline([m for m in runs if m["attrs"]["sync"] != "sklearn"] or runs, timeline)
-    except InputError as exc:
-        return [f"plots skipped: {exc}"]
-    return [loss.name, timeline.name]
-
-
-def _versions(runs: list[dict]) -> dict[str, str]:
-    def v(name: str) -> str:
-        try:
-            return metadata.version(name)
-        except metadata.PackageNotFoundError:
-            return "not installed"
-
-    mpi = " ".join(next((r["mpi_library"] for r in runs if r.get("mpi_library")), "").split())
-    return {"mpikanel": v("mpikanel"), "mpi4py": v("mpi4py"), "mpi_library": mpi, "mpich_wheel": v("mpich"),
-            "numpy": v("numpy"), "numba": v("numba"), "sklearn": v("scikit-learn"),
-            "python": sys.version.split()[0]}
+def max_step_ratio(workers: Sequence[dict]) -> float | None:
+    """The largest realized step-time ratio over the workers (step_time_rel, else compute+injected per step)."""
+    if workers and all("step_time_rel" in w for w in workers):
+        return max(float(w["step_time_rel"]) for w in workers)
+    per_step = [(w["compute_s"] + w["injected_s"]) / w["steps"] for w in workers if w.get("steps")]
+    return max(per_step) / min(per_step) if per_step and min(per_step) > 0 else None
 
 
 def _scenarios(args: argparse.Namespace) -> list[str]:
-    names = args.scenario or ["homogeneous", "straggler"]
+    names = args.scenario or list(DEFAULT_SCENARIOS)
     if "all" in names:
         return list(SCENARIOS)
     bad = [n for n in names if n not in SCENARIOS]
@@ -275,84 +349,236 @@ def _workload(args: argparse.Namespace) -> dict[str, str]:
     return workload
 
 
+def _check_args(args: argparse.Namespace) -> None:
+    if not args.quick:
+        check_grid(args.lrs)
+    if not 0 < args.val_fraction < 1:
+        raise InputError(f"--val-fraction must be in (0, 1): the rate and the target come from validation, "
+                         f"got {args.val_fraction:g}")
+    if len(set(args.seeds)) != len(args.seeds):
+        raise InputError(f"--seeds must be distinct, got {' '.join(map(str, args.seeds))}")
+    find_mpiexec()
+
+
 def run(args: argparse.Namespace) -> int:
-    """Run every (scenario, model, lr), write results.md/json and plots; 1 if a model has no good run."""
+    """Rate selection, seeds, report; 1 if a model has no good run in a scenario, 2 on bad flags."""
     t_start, load_before = time.perf_counter(), os.getloadavg()
     try:
-        scenarios, models, workload = _scenarios(args), args.models or default_models(), _workload(args)
-        if any(m not in BASELINES or m == "allreduce" for m in models):
-            find_mpiexec()
+        scenarios, workload = _scenarios(args), _workload(args)
+        models = list(dict.fromkeys(args.models or DEFAULT_MODELS))
+        _check_args(args)
     except (InputError, MpiexecNotFound) as exc:
         print(f"mpikanel bench sync: error: {exc}", file=sys.stderr)
         return 2
     out = Path(args.out or f"runs/bench-sync-{time.strftime('%Y%m%d-%H%M%S')}")
     out.mkdir(parents=True, exist_ok=True)
-    records, sklearn_runs = [], {}
+    n_runs = len(scenarios) * len(models) * (len(args.lrs) + len(args.seeds) - 1)
+    print(f"bench sync: {n_runs} runs ({len(scenarios)} scenarios x {len(models)} models x "
+          f"({len(args.lrs)} rates + {len(args.seeds) - 1} seeds))", file=sys.stderr, flush=True)
+    records, choices = [], {}
     for scenario in scenarios:
         for model in models:
-            for lr in args.lrs:
-                if model == "sklearn" and lr in sklearn_runs:    # one process: scenarios do not apply
-                    records.append({**sklearn_runs[lr], "scenario": scenario, "shared": True})
-                    continue
-                r = _run_one(args, out, "all" if model == "sklearn" else scenario, model, lr, workload)
-                r["scenario"] = scenario
-                if r["ok"]:
-                    _load(r)
-                if model == "sklearn":
-                    sklearn_runs[lr] = r
-                records.append(r)
-                status = (f"wall {r['wall_s']:.2f} s, loss {r['final_loss']:.4f}" if r["ok"]
-                          else r.get("skipped") or r.get("error"))
-                print(f"  {scenario:<12} {model:<9} lr {lr:<5g} {r['elapsed_s']:6.1f} s  {status}",
-                      file=sys.stderr, flush=True)
-    return _report(args, out, scenarios, models, workload, records, t_start, load_before)
+            choices[scenario, model], runs = select_and_repeat(args, out, scenario, model, workload)
+            records += runs
+    return report(args, out, scenarios, models, workload, records, choices, t_start, load_before)
 
 
-def _report(args: argparse.Namespace, out: Path, scenarios: list[str], models: list[str],
-            workload: dict[str, str], records: list[dict], t_start: float, load_before: tuple) -> int:
+def rates_for(args: argparse.Namespace, model: str) -> list[float]:
+    """The model's rate grid: --lrs, times the trainer count for local SGD."""
+    scale = model_run(model, args.ranks).lr_scale
+    return [float(f"{lr * scale:.6g}") for lr in args.lrs]
+
+
+def select_and_repeat(args: argparse.Namespace, out: Path, scenario: str, model: str,
+                      workload: dict[str, str]) -> tuple[dict, list[dict]]:
+    """Run the rate grid with the first seed, choose the rate, run it with the other seeds."""
+    first, *others = args.seeds
+    grid = [run_one(args, out, scenario, model, lr, first, workload) for lr in rates_for(args, model)]
+    lr, warning = choose_rate(grid)
+    for r in grid:
+        r["phase"] = "selection"
+    repeats = [] if lr is None else [run_one(args, out, scenario, model, lr, s, workload) for s in others]
+    return {"lr": lr, "warning": warning}, grid + repeats
+
+
+# ---------------------------------------------------------------- report
+
+def _chosen_runs(records: list[dict], scenario: str, model: str, lr: float | None) -> list[dict]:
+    """The runs of (scenario, model) at the chosen rate: one per seed."""
+    return [r for r in records if r["scenario"] == scenario and r["model"] == model and r["lr"] == lr]
+
+
+def table_row(model: str, choice: dict, runs: list[dict], bsp_held: list[float | None]) -> list[str]:
+    """One table row: medians [min-max] over the seeds' runs at the chosen rate."""
+    ok = [r for r in runs if r["ok"]]
+    if choice["lr"] is None or not ok:
+        return [model, "-", "failed"] + ["-"] * (len(HEADERS) - 3)
+    held = [r["held_s"] for r in ok]
+
+    def col(key: str, spec: str) -> str:
+        return format_spread([r[key] for r in ok if r.get(key) is not None], spec)
+
+    seeds = f" ({len(ok)}/{len(runs)} seeds ok)" if len(ok) < len(runs) else ""
+    return [model, f"{choice['lr']:g}" + (" (edge)" if choice["warning"] else "") + seeds, format_time(held),
+            ratio_to(bsp_held, held), format_time([r["touch_s"] for r in ok], "touched"),
+            col("test_loss", ".4f"), col("test_accuracy", ".4f"), col("total_wait_s", ".2f"),
+            col("wall_s", ".2f"), col("samples", ".0f"), col("step_time_ratio", ".2f")]
+
+
+def markdown_table(headers: Sequence[str], rows: list[list[str]]) -> str:
+    """A GitHub markdown table."""
+    lines = ["| " + " | ".join(headers) + " |", "|" + "|".join("---" for _ in headers) + "|"]
+    return "\n".join(lines + ["| " + " | ".join(row) + " |" for row in rows])
+
+
+def selection_table(records: list[dict], scenario: str, models: list[str], choices: dict) -> str:
+    """Final validation loss of every selection run (chosen rate in bold): a row per model, a column per rate."""
+    rows, width = [], 0
+    for model in models:
+        grid = [r for r in records
+                if r["scenario"] == scenario and r["model"] == model and r.get("phase") == "selection"]
+        width = max(width, len(grid))
+        chosen = choices[scenario, model]["lr"]
+        rows.append([model] + [_bold(f"{r['lr']:g}: " + (f"{r['val_loss']:.4f}" if r["ok"] else "failed"),
+                                     r["lr"] == chosen) for r in grid])
+    rows = [row + [""] * (width + 1 - len(row)) for row in rows]
+    return markdown_table(["model"] + [f"rate {i + 1}: val loss" for i in range(width)], rows)
+
+
+def _bold(text: str, on: bool) -> str:
+    return f"**{text}**" if on else text
+
+
+def scenario_notes(records: list[dict], scenario: str, models: list[str], choices: dict) -> list[str]:
+    """Edge warnings, failed runs and (homogeneous) contention flags of one scenario."""
+    notes = [f"- {m}: {choices[scenario, m]['warning']} (widen --lrs)" for m in models
+             if choices[scenario, m]["warning"]]
+    runs = [r for r in records if r["scenario"] == scenario]
+    notes += [f"- {r['model']} lr {r['lr']:g} seed {r['seed']}: {r.get('error')}" for r in runs if not r["ok"]]
+    if scenario == "homogeneous":
+        notes += [f"- contention: {r['model']} lr {r['lr']:g} seed {r['seed']} has a max realized step-time ratio "
+                  f"of {r['step_time_ratio']:.2f} > {CONTENTION_RATIO} without injection: CPU contention, not the "
+                  "sync model, decided this run" for r in runs
+                  if r["ok"] and (r.get("step_time_ratio") or 0) > CONTENTION_RATIO]
+    return notes
+
+
+def scenario_section(args: argparse.Namespace, out: Path, scenario: str, models: list[str],
+                     records: list[dict], choices: dict) -> tuple[str, dict, bool]:
+    """Markdown of one scenario, its JSON table, and whether every model has a good run."""
+    runs = [r for r in records if r["scenario"] == scenario]
+    target = args.target_loss if args.target_loss is not None else target_from(runs)
+    for r in runs:
+        mark_times(r, target)
+    chosen = {m: _chosen_runs(records, scenario, m, choices[scenario, m]["lr"]) for m in models}
+    bsp_held = [r["held_s"] for r in chosen.get("bsp", []) if r["ok"]]
+    rows = [table_row(m, choices[scenario, m], chosen[m], bsp_held) for m in models]
+    notes = scenario_notes(records, scenario, models, choices)
+    plots = _plots(out, scenario, {m: chosen[m][0] for m in models if chosen[m] and chosen[m][0]["ok"]}, target,
+                   args.ranks)
+    flags = " ".join(_flags(SCENARIOS[scenario])) or "(none)"
+    text = (f"### {scenario}\n\nflags: `{flags}`; validation target "
+            f"{'n/a' if target is None else f'{target:.4f}'}\n\n{markdown_table(HEADERS, rows)}\n"
+            + ("\n" + "\n".join(notes) + "\n" if notes else "")
+            + f"\nRate selection (seed {args.seeds[0]}, final validation loss):\n\n"
+            + selection_table(records, scenario, models, choices) + "\n"
+            + "".join(f"\n![{p}]({p})\n" if p.endswith(".png") else f"\n{p}\n" for p in plots))
+    table = {"flags": SCENARIOS[scenario], "target_loss": target, "plots": plots, "notes": notes,
+             "chosen": {m: choices[scenario, m] for m in models},
+             "rows": [dict(zip(HEADERS, row)) for row in rows]}
+    return text, table, all(any(r["ok"] for r in chosen[m]) for m in models)
+
+
+def _plots(out: Path, scenario: str, runs_by_model: dict[str, dict], target: float | None, ranks: int) -> list[str]:
+    """Validation-loss and timeline charts of each model's first-seed run at its chosen rate."""
+    from ..plot import plot_loss_curves, plot_timeline
+
+    runs = []
+    for model, r in runs_by_model.items():
+        m = read_metrics(r["metrics"])
+        m["attrs"].update(sync=model, scenario=f"lr {r['lr']:g}")
+        runs.append(m)
+    if not runs:
+        return []
+    loss, timeline = out / f"{scenario}-val-loss.png", out / f"{scenario}-timeline.png"
+    try:
+        plot_loss_curves(runs, loss, target, logy=True, keys=("val_loss",),
+                         title=f"{scenario}: validation loss vs wall time ({ranks} ranks, chosen rates)")
+        plot_timeline(runs, timeline)
+    except InputError as exc:
+        return [f"plots skipped: {exc}"]
+    return [loss.name, timeline.name]
+
+
+def git_commit() -> str:
+    """HEAD of the repository this package lives in, '-dirty' if its tree has changes; 'unknown' outside git."""
+    root = Path(__file__).resolve().parents[2]
+    try:
+        head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True,
+                              timeout=30, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain"], cwd=root, capture_output=True, text=True,
+                               timeout=30, check=True).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    return head + ("-dirty" if dirty else "")
+
+
+def versions(records: list[dict]) -> dict[str, str]:
+    """Versions of mpikanel, mpi4py, the MPI library (as the runs reported it), numpy, numba, Python."""
+    def v(name: str) -> str:
+        try:
+            return metadata.version(name)
+        except metadata.PackageNotFoundError:
+            return "not installed"
+
+    mpi = " ".join(next((r["mpi_library"] for r in records if r.get("mpi_library")), "").split())
+    return {"mpikanel": v("mpikanel"), "mpi4py": v("mpi4py"), "mpi_library": mpi, "mpich_wheel": v("mpich"),
+            "numpy": v("numpy"), "numba": v("numba"), "python": sys.version.split()[0]}
+
+
+def _header(args: argparse.Namespace, workload: dict[str, str], meta: dict) -> str:
+    la, lb = meta["load_average_before"], meta["load_average_after"]
+    return (f"# bench sync\n\ncommand: `{' '.join(meta['command'])}`\n\n"
+            f"git commit {meta['git_commit']}; {args.ranks} ranks; nproc {meta['nproc']}; load average (1/5/15 min) "
+            f"before {la[0]:.2f}/{la[1]:.2f}/{la[2]:.2f}, after {lb[0]:.2f}/{lb[1]:.2f}/{lb[2]:.2f}; "
+            f"harness wall {meta['harness_wall_s']:.0f} s over {meta['n_runs']} runs\n\n"
+            f"workload: `{' '.join(_flags(workload))} --val-fraction {args.val_fraction:g}`; rate grid "
+            f"{' '.join(f'{x:g}' for x in args.lrs)} (local SGD: x {args.ranks} trainers); seeds "
+            f"{' '.join(map(str, args.seeds))} (rate chosen with seed {args.seeds[0]} on final validation loss)\n\n"
+            f"target: {meta['target_rule']}\n\n"
+            "versions: " + ", ".join(f"{k} {v}" for k, v in meta["versions"].items()) + "\n\n"
+            "Each cell: median [min-max] over the seeds at the model's chosen rate. Held time to target: on the "
+            "validation curve (the target comes from validation), the time after which the validation loss stays "
+            "at or below the target; a run ending above it has none (not held, counted as infinitely late in the "
+            "median; 'k/n held' when some seeds never held). First touch: first time at or below the target. "
+            "Final test loss/acc: TEST split at the end of the run. Ratio to BSP = BSP's median held time / the "
+            "model's (>1 = faster). Total wait: sum over workers of time held by the sync policy (baselines: time "
+            "in Allreduce beyond the fastest rank). Samples: processed by the whole cluster. Max step-time ratio: "
+            "the slowest worker's realized seconds per step (compute + injection) over the fastest's. Baselines "
+            f"train on all {args.ranks} ranks (no server); the parameter server on {args.ranks - 1} workers.\n")
+
+
+def report(args: argparse.Namespace, out: Path, scenarios: list[str], models: list[str], workload: dict[str, str],
+           records: list[dict], choices: dict, t_start: float, load_before: tuple) -> int:
     """Tables, plots, results.md and results.json; the exit code."""
-    tables, sections, missing = {}, [], 0
+    sections, tables, complete = [], {}, True
     for scenario in scenarios:
-        runs = [r for r in records if r["scenario"] == scenario]
-        target = _target(runs, args.target_loss)
-        best = _best(runs, target)
-        bsp_time = best["bsp"]["time_to_target_s"] if "bsp" in best else None
-        skipped = {r["model"] for r in runs if r.get("skipped")}
-        rows = [_row(m, best.get(m), bsp_time, "skipped" if m in skipped else "failed") for m in models]
-        missing += sum(1 for m in models if m not in best and m not in skipped)
-        plots = _plots(out, scenario, best, target, args.ranks)
-        flags = " ".join(_flags(SCENARIOS[scenario])) or "(none)"
-        notes = [f"- {r['model']} lr {r['lr']:g}: {r.get('skipped') or r.get('error')}"
-                 for r in runs if not r["ok"] and not r.get("shared")]
-        sections.append(f"### {scenario}\n\nflags: `{flags}`; target test loss "
-                        f"{'n/a' if target is None else f'{target:.4f}'}\n\n{markdown_table(HEADERS, rows)}\n"
-                        + ("\n" + "\n".join(notes) + "\n" if notes else "")
-                        + "".join(f"\n![{p}]({p})\n" if p.endswith(".png") else f"\n{p}\n" for p in plots))
-        tables[scenario] = {"flags": SCENARIOS[scenario], "target_loss": target, "plots": plots,
-                            "rows": [dict(zip(HEADERS, row)) for row in rows]}
-    wall = time.perf_counter() - t_start
-    command = [sys.executable, "-m", "mpikanel.bench", *sys.argv[1:]]
-    versions = _versions(records)
-    header = (f"# bench sync\n\ncommand: `{' '.join(['python', '-m', 'mpikanel.bench', *sys.argv[1:]])}`\n\n"
-              f"{args.ranks} ranks, seed {args.seed}, nproc {os.cpu_count()}, load average before "
-              f"{load_before[0]:.2f} / after {os.getloadavg()[0]:.2f}, harness wall {wall:.0f} s\n\n"
-              f"workload: `{' '.join(_flags(workload))}`; lrs {' '.join(f'{x:g}' for x in args.lrs)}; target: "
-              + (f"{args.target_loss:g}" if args.target_loss is not None else
-                 f"{TARGET_FACTOR} x BSP's best final test loss in the scenario")
-              + "\n\nversions: " + ", ".join(f"{k} {v}" for k, v in versions.items()) + "\n\n"
-              "ratio to BSP = BSP time to target / model time (>1 = faster); total wait = sum over workers "
-              "of time held by the sync policy (allreduce: time in Allreduce beyond the fastest rank). "
-              "sklearn: one process, eta0 = lr / batch size, same run in every scenario"
-              + (f", cut after {args.sklearn_max_s:g} s of training" if args.sklearn_max_s > 0 else "") + ".\n")
-    text = header + "\n" + "\n".join(sections)
+        text, tables[scenario], good = scenario_section(args, out, scenario, models, records, choices)
+        sections.append(text)
+        complete &= good
+    meta = {"benchmark": "sync", "command": ["python", "-m", "mpikanel.bench", *sys.argv[1:]],
+            "git_commit": git_commit(), "versions": versions(records), "nproc": os.cpu_count(),
+            "load_average_before": list(load_before), "load_average_after": list(os.getloadavg()),
+            "harness_wall_s": time.perf_counter() - t_start, "n_runs": len(records),
+            "target_rule": (f"{args.target_loss:g} (--target-loss)" if args.target_loss is not None else
+                            f"{TARGET_FACTOR} x the lowest final validation loss of any BSP run in the scenario")}
+    text = _header(args, workload, meta) + "\n" + "\n".join(sections)
     (out / "results.md").write_text(text)
     print(text)
     public = [{k: v for k, v in r.items() if not k.startswith("_")} for r in records]
     (out / "results.json").write_text(json.dumps({
-        "benchmark": "sync", "command": command, "ranks": args.ranks, "seed": args.seed, "nproc": os.cpu_count(),
-        "load_average_before": load_before, "load_average_after": os.getloadavg(), "harness_wall_s": wall,
-        "workload": workload, "lrs": args.lrs, "models": models, "target_rule": f"{TARGET_FACTOR} x BSP best final",
-        "target_loss_override": args.target_loss, "versions": versions,
-        "scenarios": {s: SCENARIOS[s] for s in scenarios}, "tables": tables, "runs": public}, indent=2))
+        **meta, "ranks": args.ranks, "seeds": args.seeds, "lrs": args.lrs, "val_fraction": args.val_fraction,
+        "workload": workload, "models": models, "scenarios": {s: SCENARIOS[s] for s in scenarios},
+        "tables": tables, "runs": public}, indent=2))
     print(f"results: {out / 'results.md'}, {out / 'results.json'}", file=sys.stderr)
-    return 1 if missing else 0
+    return 0 if complete else 1
