@@ -315,8 +315,13 @@ def load_toml(path: str) -> dict[str, Any]:
 
 def config_from_args(argv: list[str] | None = None, print_errors: bool = True) -> TrainConfig:
     """Parse CLI flags (plus --config TOML) into a TrainConfig; InputError on bad values."""
-    ns = vars(build_parser(print_errors=print_errors).parse_args(argv))
+    return config_from_namespace(vars(build_parser(print_errors=print_errors).parse_args(argv)))
+
+
+def config_from_namespace(ns: dict[str, Any]) -> TrainConfig:
+    """A TrainConfig from parsed flags (only those given) over the --config TOML file's keys."""
     values: dict[str, Any] = {}
+    ns = dict(ns)
     toml_path = ns.pop("config", None)
     if toml_path:
         values.update(load_toml(toml_path))

@@ -313,27 +313,35 @@ def _finish(comm, s: Setup, params: np.ndarray, initial: np.ndarray, stats: Work
     comm.Reduce(stats.produced, produced, op=MPI.SUM, root=0)
     summary = None
     if rank == 0:
-        summary = evaluate(s, params, initial, losses, worker_stats[1:], produced, server_stats, wall,
-                           mpi_library=MPI.Get_library_version().splitlines()[0],
-                           ranks=comm.Get_size())
-        summary["scenario"] = s.config.scenario or describe_hetero(hetero_spec(s.config))
-        summary.update(run_info)
-        summary["stopped"] = bool(server_stats.stopped)
-        if server_stats.policy_report is not None:
-            summary[s.config.sync] = server_stats.policy_report
-        curve = _curve(s, recorder)
-        add_curve(summary, curve, s.config.target_loss)
-        if s.config.metrics:
-            write_metrics(s.config.metrics, summary, curve, summary["per_worker"],
-                          {"sync": s.config.sync, "model": s.model.name, "workers": summary["workers"],
-                           "seed": s.config.seed, "scenario": summary["scenario"],
-                           "command": " ".join(sys.argv), "versions": summary["versions"]})
-        if s.config.summary_json:
-            with open(s.config.summary_json, "w") as fh:
-                json.dump(summary, fh, indent=2)
-        if not s.config.quiet:
-            print(format_summary(summary), flush=True)
+        summary = publish(s, params, initial, losses, worker_stats[1:], produced, server_stats, wall,
+                          recorder, run_info, MPI.Get_library_version().splitlines()[0], comm.Get_size())
     return comm.bcast(summary, root=0)
+
+
+def publish(s: Setup, params: np.ndarray, initial: np.ndarray, losses: list, workers: list[dict],
+            produced: np.ndarray, server_stats, wall: float, recorder: SnapshotRecorder, run_info: dict,
+            transport: str, ranks: int) -> dict:
+    """The run summary from the gathered results; writes the metrics file and JSON, prints it."""
+    summary = evaluate(s, params, initial, losses, workers, produced, server_stats, wall,
+                       mpi_library=transport, ranks=ranks)
+    summary["scenario"] = s.config.scenario or describe_hetero(hetero_spec(s.config))
+    summary.update(run_info)
+    summary["stopped"] = bool(server_stats.stopped)
+    if server_stats.policy_report is not None:
+        summary[s.config.sync] = server_stats.policy_report
+    curve = _curve(s, recorder)
+    add_curve(summary, curve, s.config.target_loss)
+    if s.config.metrics:
+        write_metrics(s.config.metrics, summary, curve, summary["per_worker"],
+                      {"sync": s.config.sync, "model": s.model.name, "workers": summary["workers"],
+                       "seed": s.config.seed, "scenario": summary["scenario"],
+                       "command": " ".join(sys.argv), "versions": summary["versions"]})
+    if s.config.summary_json:
+        with open(s.config.summary_json, "w") as fh:
+            json.dump(summary, fh, indent=2)
+    if not s.config.quiet:
+        print(format_summary(summary), flush=True)
+    return summary
 
 
 def _curve(s: Setup, recorder: SnapshotRecorder) -> dict:

@@ -2,33 +2,14 @@
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
 
 import numpy as np
 from mpi4py import MPI
 
+from ..engine.worker_core import Reply
 from .protocol import Flag, Frame, H, M, Tag
 
 SERVER = 0
-
-
-@dataclass
-class Reply:
-    """What the server answered to one push."""
-
-    params: np.ndarray   # view into the reply frame: valid until the next exchange
-    version: int
-    plan: int
-    busy: int
-    held_s: float        # seconds the server held the push (sync-policy waiting)
-    rtt_s: float         # wall seconds from start() to the reply, injected link delay included
-    blocked_s: float     # seconds this worker spent blocked in wait() for this exchange
-    delayed_s: float     # of blocked_s, seconds spent sleeping out an injected link delay
-    lease: int = 0            # samples the worker may process beyond the push this answers
-    finish: bool = False      # the work budget is spent: push unsent work as DONE and leave
-    last: bool = False        # this reply answers the worker's DONE push
-    checkpoint: bool = False  # the server asks for this worker's resumable state
-    stop: bool = False        # the server stops the run after this checkpoint
 
 
 class WorkerClient:

@@ -34,10 +34,31 @@ RTT_EWMA_ALPHA = 0.3
 
 @dataclass(frozen=True)
 class Compute:
-    """Effect: a step just ran for wall_s (cpu_s of CPU); the driver answers (compute_s, injected_s)."""
+    """Effect: a step on `rows` rows just ran for wall_s (cpu_s of CPU); the driver answers
+    (compute_s, injected_s)."""
 
     wall_s: float
     cpu_s: float
+    rows: int
+
+
+@dataclass
+class Reply:
+    """What the server answered to one push."""
+
+    params: np.ndarray   # view into the reply frame: valid until the next exchange
+    version: int
+    plan: int
+    busy: int
+    held_s: float        # seconds the server held the push (sync-policy waiting)
+    rtt_s: float         # wall seconds from start() to the reply, injected link delay included
+    blocked_s: float     # seconds this worker spent blocked in wait() for this exchange
+    delayed_s: float     # of blocked_s, seconds spent sleeping out an injected link delay
+    lease: int = 0            # samples the worker may process beyond the push this answers
+    finish: bool = False      # the work budget is spent: push unsent work as DONE and leave
+    last: bool = False        # this reply answers the worker's DONE push
+    checkpoint: bool = False  # the server asks for this worker's resumable state
+    stop: bool = False        # the server stops the run after this checkpoint
 
 
 #: Effect: block until the exchange in flight completes; the driver answers its Reply
@@ -339,7 +360,7 @@ def _step(w: _Worker, data: BoundModel, plan: StepPlan, idx: np.ndarray,
     w.step = w.cursor.step
     t0, c0 = time.perf_counter(), time.thread_time()
     data.step(w.local, idx, plan.lr, plan.l2, scratch)
-    compute, slow = yield Compute(time.perf_counter() - t0, time.thread_time() - c0)
+    compute, slow = yield Compute(time.perf_counter() - t0, time.thread_time() - c0, int(idx.size))
     st, stats = w.st, w.stats
     stats.steps += 1
     stats.samples += int(idx.size)

@@ -1,0 +1,203 @@
+"""A discrete-event transport: the real server core and worker cores on a virtual clock.
+
+One process holds every worker. Each worker core is a generator (mpikanel.engine.worker_core)
+that runs the real numba step on its real data shard and yields where time must pass: the
+simulator answers ``Compute`` with the modeled step time (times the injected heterogeneity) and
+``WAIT`` by suspending the worker until its reply's arrival event. Pushes travel a modeled link
+to the server, which serves them one at a time as a FIFO queue and hands them to the same
+ServerCore the MPI server runs; its answers travel back. Events at equal times run in the order
+they were scheduled, so a run is deterministic for a seed.
+"""
+from __future__ import annotations
+
+import heapq
+import itertools
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import numpy as np
+
+from ..engine.server_core import Answer, Push, ServerCore
+from ..engine.worker_core import WAIT, Reply
+from ..hetero import Injector, ServerDelay
+from .models import NetworkModel, ServerModel
+
+FRAME_OVERHEAD = 96      # header + meta bytes of a frame (comm.protocol), without importing comm
+
+
+@dataclass
+class SimStats:
+    """What the event loop did (for the summary and the per-event cost)."""
+
+    events: int = 0
+    pushes: int = 0
+    replies: int = 0
+    server_busy_s: float = 0.0       # virtual seconds the server spent serving
+    queue_wait_s: float = 0.0        # virtual seconds pushes waited for the server
+    event_s: list = field(default_factory=list)   # (events, real seconds) samples
+
+
+class SimClient:
+    """A worker's exchanger on the virtual clock (WorkerClient's non-blocking interface)."""
+
+    def __init__(self, sim: "Simulator", w: int, n_params: int) -> None:
+        self.sim, self.w = sim, w
+        self.delta = np.zeros(n_params)
+        self.ready: Reply | None = None
+        self.pending = False
+        self.waiting_since: float | None = None
+        self._t_sent = 0.0
+        self._last = False
+        self.stop_requested = lambda: False
+
+    def start(self, clock: int, steps: int, step_s: float, last: bool, has_delta: bool = True,
+              base_version: int = 0, rtt_s: float = 0.0, delay_s: float = 0.0, samples: int = 0) -> None:
+        """Send the push: it reaches the server after the link's time (and any injected delay)."""
+        if self.pending:
+            raise RuntimeError("exchange already in flight")
+        self.pending, self._last, self._t_sent = True, last, self.sim.now
+        push = Push(self.w, clock, steps, samples, base_version, step_s, last=last,
+                    delta=self.delta if has_delta else None)
+        nbytes = FRAME_OVERHEAD + 8 * self.delta.size
+        self.sim.at(self.sim.now + delay_s + self.sim.network.transfer_s(nbytes), self.sim.push_arrives, push)
+
+    def test(self) -> Reply | None:
+        """The reply if it has arrived by now."""
+        reply, self.ready = self.ready, None
+        if reply is not None:
+            self.pending = False
+        return reply
+
+    def send_state(self, state: dict) -> None:
+        """Checkpoints are off in the simulator."""
+
+    def arrive(self, a: Answer, params: np.ndarray) -> Reply:
+        """Build the Reply of an answer arriving now."""
+        from ..comm.protocol import Flag
+
+        return Reply(params, a.version, a.plan, a.busy, a.held_s, self.sim.now - self._t_sent, 0.0, 0.0,
+                     lease=a.lease, finish=bool(a.flags & Flag.FINISH), last=self._last,
+                     checkpoint=False, stop=False)
+
+
+class Simulator:
+    """The event loop: workers, links and the server on one virtual clock."""
+
+    def __init__(self, core: ServerCore, workers: list, injectors: list[Injector], step_s: np.ndarray,
+                 batch_size: int, network: NetworkModel, server: ServerModel,
+                 service: ServerDelay | None = None, clock: Callable[[], float] | None = None) -> None:
+        self.core = core
+        self.gens = workers                   # worker-core generators, filled by the caller
+        self.clients: list[SimClient] = []
+        self.injectors = injectors
+        self.step_s = np.asarray(step_s, dtype=np.float64)
+        self.batch_size = batch_size
+        self.network, self.server = network, server
+        self.service = service
+        self.now = 0.0
+        self.stats = SimStats()
+        self.results: dict[int, Any] = {}
+        self._queue: list = []
+        self._seq = itertools.count()
+        self._server_free = 0.0
+        self._snapshot: tuple[int, np.ndarray] | None = None
+        self._clock = clock
+
+    def at(self, t: float, fn: Callable, *args: Any) -> None:
+        """Schedule fn(*args) at virtual time t."""
+        heapq.heappush(self._queue, (t, next(self._seq), fn, args))
+
+    def run(self) -> float:
+        """Run until every worker has finished; returns the virtual end time."""
+        self.core.start(0.0)
+        for w in range(len(self.gens)):
+            self.at(0.0, self._advance, w, None)
+        clock = self._clock
+        t_real = clock() if clock else 0.0
+        while self._queue:
+            self.now, _, fn, args = heapq.heappop(self._queue)
+            fn(*args)
+            self.stats.events += 1
+            if clock and self.stats.events % 4096 == 0:
+                self.stats.event_s.append((self.stats.events, clock() - t_real))
+        if len(self.results) != len(self.gens) or not self.core.done:
+            stuck = sorted(set(range(len(self.gens))) - set(self.results))
+            raise RuntimeError(f"simulation stalled at t={self.now:.3f}s: workers {stuck[:10]} never finished "
+                               f"(policy {self.core.policy.describe()})")
+        return self.now
+
+    # --- workers -------------------------------------------------------------------------
+
+    def _advance(self, w: int, answer: Any) -> None:
+        """Run worker w's core until it needs time to pass."""
+        gen = self.gens[w]
+        while True:
+            try:
+                effect = gen.send(answer)
+            except StopIteration as done:
+                self.results[w] = done.value
+                return
+            if effect is WAIT:
+                client = self.clients[w]
+                if client.ready is not None:
+                    answer = client.test()
+                    continue
+                client.waiting_since = self.now
+                return
+            base = self.step_s[w] * effect.rows / self.batch_size
+            slow = self.injectors[w].compute_delay(base)
+            self.at(self.now + base + slow, self._advance, w, (base, slow))
+            return
+
+    def _reply_arrives(self, w: int, a: Answer, params: np.ndarray) -> None:
+        client = self.clients[w]
+        reply = client.arrive(a, params)
+        self.stats.replies += 1
+        if client.waiting_since is not None:
+            reply.blocked_s = self.now - client.waiting_since
+            client.waiting_since = None
+            client.pending = False
+            self._advance(w, reply)
+        else:
+            client.ready = reply
+
+    # --- the server ----------------------------------------------------------------------
+
+    def push_arrives(self, push: Push) -> None:
+        """A push reached the server: queue it behind what the server is doing."""
+        nbytes = FRAME_OVERHEAD + 8 * self.core.params.size
+        service = self.server.push_service_s(nbytes)
+        if self.service is not None:
+            service += self.service.draw(self.stats.pushes)
+            self.core.stats.service_s += service
+        start = max(self.now, self._server_free)
+        self.stats.queue_wait_s += start - self.now
+        self.stats.pushes += 1
+        self._server_free = start + service
+        self.stats.server_busy_s += service
+        self.at(self._server_free, self._serve, push)
+
+    def _serve(self, push: Push) -> None:
+        core = self.core
+        core.on_push(push, self.now)
+        answers = core.release(self.now)
+        if not answers:
+            return
+        params = self._params()
+        nbytes = FRAME_OVERHEAD + 8 * params.size
+        send = self.server.reply_s(nbytes)
+        t = max(self.now, self._server_free)
+        for a in answers:
+            t += send
+            self.at(t + self.network.transfer_s(nbytes), self._reply_arrives, a.w, a, params)
+        self.stats.server_busy_s += t - max(self.now, self._server_free)
+        self._server_free = t
+
+    def _params(self) -> np.ndarray:
+        """One read-only snapshot of the parameters per version, shared by every reply at it."""
+        version = self.core.book.version
+        if self._snapshot is None or self._snapshot[0] != version:
+            snap = self.core.params.copy()
+            snap.flags.writeable = False
+            self._snapshot = (version, snap)
+        return self._snapshot[1]
