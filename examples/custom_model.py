@@ -25,10 +25,12 @@ import mpikanel  # noqa: E402
 from mpikanel.kernels import register_model  # noqa: E402
 
 # Parameters: w[:d] weights, w[d] bias (a linear layout, so the library's default predict applies).
+# No cache=True needed: register_model compiles its own uncached copy of each kernel, so this file
+# can run as __main__, via runpy or be imported, all sharing one NUMBA_CACHE_DIR.
 # Per-row loss: max(0, 1 - t*z)^2 with t = 2y - 1 in {-1, +1} and z = w.x + b.
 
 
-@njit(cache=True, fastmath=True)
+@njit(fastmath=True)
 def sqhinge_grad(w, X, y, idx, n_classes, out):
     """Mean squared-hinge gradient over rows idx of dense X, added into out."""
     d = X.shape[1]
@@ -46,7 +48,7 @@ def sqhinge_grad(w, X, y, idx, n_classes, out):
             out[d] += c
 
 
-@njit(cache=True, fastmath=True)
+@njit(fastmath=True)
 def sqhinge_loss(w, X, y, n_classes):
     """Sum over all rows of dense X of the squared hinge loss."""
     d = X.shape[1]
@@ -61,7 +63,7 @@ def sqhinge_loss(w, X, y, n_classes):
     return total
 
 
-@njit(cache=True, fastmath=True)
+@njit(fastmath=True)
 def sqhinge_grad_csr(w, indptr, indices, data, d, y, idx, n_classes, out):
     """CSR variant of sqhinge_grad."""
     inv = 1.0 / idx.shape[0]
@@ -78,7 +80,7 @@ def sqhinge_grad_csr(w, indptr, indices, data, d, y, idx, n_classes, out):
             out[d] += c
 
 
-@njit(cache=True, fastmath=True)
+@njit(fastmath=True)
 def sqhinge_loss_csr(w, indptr, indices, data, d, y, n_classes):
     """CSR variant of sqhinge_loss."""
     total = 0.0

@@ -3,13 +3,17 @@ losses, predictions, stability, initialisation, registry and user-defined models
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import numpy as np
 import pytest
 from numba import njit
 
 from mpikanel.errors import InputError
 from mpikanel.kernels import (BUILTIN, CSR, KERNELS, bind, get_model, l2_penalty, register_model,
-                              unregister_model, warmup)
+                              set_threads, unregister_model, warmup)
+from mpikanel.kernels._blocks import exp_inplace, gemm, scratch_rows
 from mpikanel.kernels.mlp import views
 
 # ---------------------------------------------------------------- numpy references
@@ -378,38 +382,10 @@ def test_csr_container():
 # ---------------------------------------------------------------- user-defined models
 
 
-# A copy of examples/custom_model.py's kernels, on purpose: importing the example's own functions
-# under another module name collides in numba's on-disk cache with the example run as __main__
-# (the cached library wrapper refers to the user module by name).
-@njit(cache=True)
-def _sqhinge_grad(w, X, y, idx, n_classes, out):
-    d = X.shape[1]
-    inv = 1.0 / idx.shape[0]
-    for i in idx:
-        t = 2.0 * y[i] - 1.0
-        z = w[d]
-        for j in range(d):
-            z += w[j] * X[i, j]
-        m = 1.0 - t * z
-        if m > 0.0:
-            c = -2.0 * m * t * inv
-            for j in range(d):
-                out[j] += c * X[i, j]
-            out[d] += c
-
-
-@njit(cache=True)
-def _sqhinge_loss(w, X, y, n_classes):
-    d = X.shape[1]
-    total = 0.0
-    for i in range(X.shape[0]):
-        z = w[d]
-        for j in range(d):
-            z += w[j] * X[i, j]
-        m = 1.0 - (2.0 * y[i] - 1.0) * z
-        if m > 0.0:
-            total += m * m
-    return total
+# The example's own kernels: the library compiles its own uncached copies of user kernels, so the
+# example imported here and run as __main__ elsewhere share one numba cache directory safely.
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "examples"))
+from custom_model import sqhinge_grad as _sqhinge_grad, sqhinge_loss as _sqhinge_loss  # noqa: E402
 
 
 def test_register_user_model_fd_and_training():
@@ -445,3 +421,68 @@ def test_register_user_model_fd_and_training():
     finally:
         unregister_model("sqhinge_test")
     assert "sqhinge_test" not in KERNELS
+
+
+# ---------------------------------------------------------------- dense blocks, threads
+
+
+@pytest.mark.parametrize("M,K,N", [(1, 1, 1), (64, 100, 10), (7, 5, 33), (10, 64, 64), (5, 9, 3), (13, 3, 17)])
+@pytest.mark.parametrize("trans_a", [False, True])
+def test_gemm_matches_numpy(M, K, N, trans_a):
+    rng = np.random.default_rng(M * 1000 + K * 10 + N)
+    A = rng.standard_normal((K, M) if trans_a else (M, K))
+    B = rng.standard_normal((K, N))
+    out = rng.standard_normal((M, N))
+    ref = 0.7 * out - 0.3 * ((A.T if trans_a else A) @ B)
+    gemm(out, A, trans_a, B, -0.3, 0.7)
+    np.testing.assert_allclose(out, ref, rtol=1e-12, atol=1e-12)
+    out[:] = np.nan  # beta = 0 never reads out
+    gemm(out, A, trans_a, B, 1.0, 0.0)
+    np.testing.assert_allclose(out, (A.T if trans_a else A) @ B, rtol=1e-12, atol=1e-12)
+
+
+def test_exp_fast_accuracy():
+    x = np.concatenate([np.linspace(-700.0, 700.0, 100_001), np.linspace(-1.0, 1.0, 10_001), [0.0]])
+    got = x.copy()
+    exp_inplace(got)
+    np.testing.assert_allclose(got, np.exp(x), rtol=1e-15)
+    tiny = np.array([-1e4, -800.0])
+    exp_inplace(tiny)
+    assert np.all((tiny > 0) & (tiny < 1e-300))  # clamped at exp(-708), never 0 or NaN
+
+
+@pytest.mark.parametrize("name,C", [("softmax", 5), ("svm", 4), ("lsq", 3), ("mlp", 3), ("mlp-tanh", 4)])
+def test_dense_step_in_row_blocks_matches_one_block(name, C):
+    """A minibatch larger than the scratch's row block is processed block by block with the same result."""
+    d, l2, lr = 11, 0.05, 0.1
+    model, X, y, w = make_problem(name, 200, d, C, seed=21)
+    idx = np.random.default_rng(22).integers(0, 200, 50).astype(np.int64)
+    b = bind(model, X, y, C)
+    full = b.scratch()
+    w_one = w.copy()
+    b.step(w_one, idx, lr, l2, full)
+    row_len = d + C if not name.startswith("mlp") else d + 2 * H_TEST + C
+    small = np.full(full.size - (scratch_rows(row_len) - 7) * row_len, np.nan)  # room for 7 rows: 8 blocks
+    w_blocks = w.copy()
+    b.step(w_blocks, idx, lr, l2, small)
+    np.testing.assert_allclose(w_blocks, w_one, rtol=1e-12, atol=1e-14)
+    np.testing.assert_allclose((w - w_blocks) / lr, ref_grad(name, w, X[idx], y[idx], C, l2), rtol=1e-9, atol=1e-12)
+    with pytest.raises(ValueError, match="wrong length"):
+        b.step(w.copy(), idx, lr, l2, np.zeros(10))
+
+
+def test_set_threads():
+    import numba
+
+    try:
+        got = set_threads(1)
+        assert got["requested"] == 1 and got["numba"] == 1 == numba.get_num_threads()
+        assert got["numba_max"] == numba.config.NUMBA_NUM_THREADS
+        assert got["blas"] in (None, 1)
+        got = set_threads(64)
+        assert got["numba"] == min(64, numba.config.NUMBA_NUM_THREADS) == numba.get_num_threads()
+        for bad in (0, -1, 1.5, True):
+            with pytest.raises(ValueError, match="positive integer"):
+                set_threads(bad)
+    finally:
+        set_threads(1)

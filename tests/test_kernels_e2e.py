@@ -105,3 +105,43 @@ def test_diverging_lsq_names_rank_and_step(tmp_path):
     assert proc.returncode != 0
     assert "produced non-finite parameters at step" in proc.stderr
     assert "rank " in proc.stderr
+
+
+_USER_MODEL_PROCESS = """
+import runpy, sys
+import numpy as np
+how = sys.argv[1]
+if how == "import":
+    sys.path.insert(0, sys.argv[2])
+    import custom_model                                       # module name 'custom_model'
+else:
+    runpy.run_path(sys.argv[2] + "/custom_model.py", run_name=how)   # not in sys.modules
+from mpikanel.kernels import CSR, bind, get_model, warmup
+model = get_model("sqhinge")
+warmup(model)
+rng = np.random.default_rng(0)
+X = rng.standard_normal((300, 6)).astype(np.float32)
+y = (X[:, 0] - X[:, 1] > 0).astype(np.int32)
+w = np.zeros(7)
+for b in (bind(model, X, y, 2), bind(model, CSR.from_dense(X), y, 2)):
+    for _ in range(100):
+        b.step(w, rng.integers(0, 300, 16).astype(np.int64), 0.05, 1e-4, b.scratch())
+    print(b.correct(w), repr(b.loss_sum(w)))
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_user_model_from_two_module_names_shares_one_numba_cache(tmp_path):
+    """The example's model registered from runpy (its module not importable), as module 'custom_model', and
+    from runpy under another name, all in one NUMBA_CACHE_DIR: every process trains, with identical results."""
+    env = clean_env(NUMBA_CACHE_DIR=str(tmp_path / "cache"))
+    outs = []
+    for how in ("runpy_user_a", "import", "runpy_user_b"):
+        proc = subprocess.run([sys.executable, "-c", _USER_MODEL_PROCESS, how, str(ROOT / "examples")],
+                              capture_output=True, text=True, timeout=300, env=env, cwd=tmp_path)
+        assert proc.returncode == 0, f"{how}: {proc.stderr[-2000:]}"
+        outs.append(proc.stdout)
+    assert len(set(outs)) == 1, outs
+    lines = outs[0].split()
+    assert int(lines[0]) > 270 and int(lines[2]) > 270   # trained (chance ~150 of 300)

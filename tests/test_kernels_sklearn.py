@@ -14,6 +14,7 @@ Data (subsets keep the suite fast; test sets of 2000 rows, so 1 pp = 20 rows):
 
 from __future__ import annotations
 
+import os
 import warnings
 
 import numpy as np
@@ -27,6 +28,9 @@ from sklearn.linear_model import LogisticRegression, Ridge  # noqa: E402
 from sklearn.svm import LinearSVC  # noqa: E402
 
 FASHION_DIR = "/usr/share/datasets/fashion-mnist"
+#: skip, never fail, where Debian's dataset-fashion-mnist is not installed (as tests/test_kernels_e2e.py)
+needs_fashion = pytest.mark.skipif(not os.path.isdir(FASHION_DIR),
+                                   reason=f"dataset-fashion-mnist not installed ({FASHION_DIR} absent)")
 L2 = 1e-3
 EPOCHS = 30
 TEACHER_SCALE = 6.0
@@ -125,7 +129,8 @@ CASES = [
 ]
 
 
-@pytest.mark.parametrize("dataset,name,lr0,epochs", CASES, ids=[f"{d}-{m}" for d, m, _, _ in CASES])
+@pytest.mark.parametrize("dataset,name,lr0,epochs", [
+    pytest.param(*c, id=f"{c[0]}-{c[1]}", marks=[needs_fashion] if c[0] == "fashion" else []) for c in CASES])
 def test_accuracy_within_one_point_of_sklearn(dataset, name, lr0, epochs, libsvm_data):
     binary = name == "logistic"
     if dataset == "fashion":

@@ -1,12 +1,17 @@
-"""``bench kernels``: one SGD epoch per model on dense and CSR data vs memory bandwidth and scikit-learn.
+"""``bench kernels``: one SGD epoch per model on dense and CSR data against its roofline and scikit-learn.
 
 For every model and data kind it times one shuffled epoch of minibatch steps (the kernels alone,
 driven from a numba loop, and the same through ``BoundModel.step`` from Python as the worker loop
-calls it), reports samples/s, GB/s of data touched (feature bytes + label + row index, CSR:
-indices + values + indptr), that rate as a fraction of the single-core streaming-read bandwidth
-measured in the same run, and the speedup over scikit-learn doing one epoch of the same model in
-the same run (SGDClassifier with the matching loss; MLPClassifier(solver="sgd") for mlp), given
-float64 inputs (its native dtype; the conversion is not timed). Single thread throughout.
+calls it) and reports samples/s and the roofline: bytes touched (feature bytes + label + row index,
+CSR: indices + values + indptr) over the single-core streaming-read bandwidth, and flops (the
+multiply-adds of the forward and backward products, 2 per FMA; exp/max not counted) over the
+single-core float64 peak of a numba FMA loop, both measured in the same run; the larger of the two
+times is the bound that applies (BW or compute), and "of bound" is the rate reached as a fraction
+of it.  "of mm" compares the flop rate with numpy's float64 matmul of the minibatch's shape
+(batch x features @ features x units), also measured here.  Last, the speedup over scikit-learn
+doing one epoch of the same model in the same run (SGDClassifier with the matching loss;
+MLPClassifier(solver="sgd") for mlp), given float64 inputs (its native dtype; the conversion is not
+timed).  Single thread throughout; the load average is recorded (other jobs share the machine).
 """
 from __future__ import annotations
 
@@ -44,7 +49,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--sklearn-mlp-max-rows", type=int, default=20_000,
                         help="row cap of sklearn's MLPClassifier on CSR data (~1e3 rows/s there)")
     parser.add_argument("--no-sklearn", action="store_true")
-    parser.add_argument("--repeats", type=int, default=2, help="timed epochs per case (best reported)")
+    parser.add_argument("--repeats", type=int, default=3, help="timed epochs per case (best reported)")
     parser.add_argument("--json", metavar="PATH", help="write the results to PATH")
 
 
@@ -72,6 +77,71 @@ def stream_bandwidth(n_bytes: int = 1 << 30, repeats: int = 5) -> float:
         _stream_sum(a)
         best = max(best, a.nbytes / (time.perf_counter() - t) / 1e9)
     return best
+
+
+@njit(cache=True, fastmath=True, nogil=True)
+def _fma_loop(n, acc):
+    """n rounds of acc[i] = acc[i]*m + c over 64 independent lanes (vectorised FMAs)."""
+    m = 1.0000001
+    c = 1e-9
+    for _ in range(n):
+        for i in range(acc.shape[0]):
+            acc[i] = acc[i] * m + c
+    return acc.sum()
+
+
+def fma_peak(repeats: int = 5, rounds: int = 2_000_000) -> float:
+    """Single-core float64 FMA peak in GFLOP/s (best of repeats of a numba FMA loop)."""
+    acc = np.linspace(1.0, 2.0, 64)
+    _fma_loop(10, acc.copy())
+    best = 0.0
+    for _ in range(repeats):
+        a = acc.copy()
+        t = time.perf_counter()
+        _fma_loop(rounds, a)
+        best = max(best, 2 * a.size * rounds / (time.perf_counter() - t) / 1e9)
+    return best
+
+
+def matmul_rate(m: int, k: int, n: int, repeats: int = 5, seconds: float = 0.05) -> float:
+    """numpy float64 matmul (m x k) @ (k x n) rate in GFLOP/s, one BLAS thread, best of repeats."""
+    rng = np.random.default_rng(0)
+    A, B, out = rng.random((m, k)), rng.random((k, n)), np.empty((m, n))
+    try:
+        from threadpoolctl import threadpool_limits
+
+        limit = threadpool_limits(1)
+    except ImportError:
+        limit = None
+    try:
+        np.matmul(A, B, out=out)
+        reps = max(1, int(seconds * 2e10 / (2 * m * k * n)))
+        best = 0.0
+        for _ in range(repeats):
+            t = time.perf_counter()
+            for _ in range(reps):
+                np.matmul(A, B, out=out)
+            best = max(best, 2 * m * k * n * reps / (time.perf_counter() - t) / 1e9)
+    finally:
+        if limit is not None:
+            limit.unregister() if hasattr(limit, "unregister") else limit.restore_original_limits()
+    return best
+
+
+def flops_per_sample(name: str, X, C: int, hidden: int) -> float:
+    """Flops of one sample's forward and backward products (2 per multiply-add; exp/max not counted)."""
+    from ..kernels import CSR
+
+    k = X.nnz / X.shape[0] if isinstance(X, CSR) else X.shape[1]
+    if name == "mlp":
+        return 4.0 * k * hidden + 6.0 * hidden * C   # X@W1, Xb^T dA; Hh@W2^T, R^T Hh, R@W2
+    units = 1 if name == "logistic" else C
+    return 4.0 * k * units                          # X@W, Xb^T R
+
+
+def units_of(name: str, C: int, hidden: int) -> int:
+    """Width of the model's first product (classes, 1, or hidden units)."""
+    return hidden if name == "mlp" else (1 if name == "logistic" else C)
 
 
 # ---------------------------------------------------------------- data
@@ -151,16 +221,17 @@ def time_ours(name: str, X, y, C: int, args: argparse.Namespace, l2: float) -> d
                    bound.scratch(), extra)
     else:
         _epoch_dense(step, w0.copy(), X, y, warm, args.batch_size, lr, l2, C, bound.scratch(), extra)
-    kernel_s, loop_s = [], []
+    kernel_s, loop_s, cpu_s = [], [], []
     for rep in range(args.repeats):
         order = rng.permutation(n).astype(np.int64)
         w, scratch = w0.copy(), bound.scratch()
-        t = time.perf_counter()
+        t, tc = time.perf_counter(), time.thread_time()
         if csr:
             _epoch_csr(step, w, X.indptr, X.indices, X.data, d, y, order, args.batch_size, lr, l2, C, scratch, extra)
         else:
             _epoch_dense(step, w, X, y, order, args.batch_size, lr, l2, C, scratch, extra)
         kernel_s.append(time.perf_counter() - t)
+        cpu_s.append(time.thread_time() - tc)
         if not np.all(np.isfinite(w)):
             raise RuntimeError(f"{name}: non-finite parameters after one epoch")
         if rep:
@@ -172,7 +243,7 @@ def time_ours(name: str, X, y, C: int, args: argparse.Namespace, l2: float) -> d
             bound.step(w, order[k:k + b], lr, l2, scratch)
         loop_s.append(time.perf_counter() - t)
     acc = bound.correct(w) / n if n <= 200_000 else bind(model, _head(X, 200_000), y[:200_000], C).correct(w) / 200_000
-    return {"kernel_s": min(kernel_s), "loop_s": min(loop_s), "train_accuracy": acc}
+    return {"kernel_s": min(kernel_s), "kernel_cpu_s": min(cpu_s), "loop_s": min(loop_s), "train_accuracy": acc}
 
 
 def _head(X, rows: int):
@@ -244,25 +315,50 @@ def time_sklearn(name: str, X, y, args: argparse.Namespace, l2: float) -> dict:
 # ---------------------------------------------------------------- driver
 
 
-def format_table(results: list[dict], bw: float) -> str:
+def format_table(results: list[dict]) -> str:
     """One row per (data, model)."""
-    head = ("data", "model", "l2", "samples/s", "GB/s", "of BW", "py-loop/s", "sklearn/s", "x sklearn")
+    head = ("data", "model", "samples/s", "GB/s", "GF/s", "bound", "bound/s", "of bound", "of mm",
+            "py-loop/s", "sklearn/s", "x sklearn")
     rows = [head]
     for r in results:
         sk = r.get("sklearn_rate")
-        rows.append((r["data"], r["model"], f"{r['l2']:g}", f"{r['rate']:.3g}", f"{r['gbps']:.2f}",
-                     f"{r['gbps'] / bw:.0%}", f"{r['loop_rate']:.3g}", "-" if sk is None else f"{sk:.3g}",
-                     "-" if sk is None else f"{r['rate'] / sk:.1f}"))
+        rows.append((r["data"], r["model"], f"{r['rate']:.3g}", f"{r['gbps']:.2f}", f"{r['gflops']:.1f}",
+                     r["bound"], f"{r['bound_rate']:.3g}", f"{r['fraction_of_bound']:.0%}",
+                     f"{r['fraction_of_matmul']:.0%}", f"{r['loop_rate']:.3g}",
+                     "-" if sk is None else f"{sk:.3g}", "-" if sk is None else f"{r['rate'] / sk:.1f}"))
     widths = [max(len(row[i]) for row in rows) for i in range(len(head))]
     return "\n".join("  ".join(c.rjust(w) if i > 1 else c.ljust(w) for i, (c, w) in enumerate(zip(row, widths)))
                      for row in rows)
 
 
+def roofline(r: dict, X, name: str, bw: float, peak: float, mm: float, hidden: int) -> None:
+    """Add the roofline fields to a result: bytes and flops per sample, the bound that applies, fractions."""
+    n = r["rows"]
+    r["bytes_per_sample"] = bytes_touched(X, n) / n
+    r["flops_per_sample"] = flops_per_sample(name, X, r["classes"], hidden)
+    t_bw = r["bytes_per_sample"] / (bw * 1e9)
+    t_fl = r["flops_per_sample"] / (peak * 1e9)
+    r["bound"] = "BW" if t_bw >= t_fl else "compute"
+    r["bound_rate"] = 1.0 / max(t_bw, t_fl)
+    r["fraction_of_bound"] = r["rate"] / r["bound_rate"]
+    r["gflops"] = r["rate"] * r["flops_per_sample"] / 1e9
+    r["matmul_gflops"] = mm
+    r["fraction_of_matmul"] = r["gflops"] / mm
+    r["cpu_rate"] = n / r["kernel_cpu_s"]
+
+
 def run(args: argparse.Namespace) -> int:
     """Run every (data kind, model) case and print the table."""
     os.environ.setdefault("OMP_NUM_THREADS", "1")
+    from ..kernels import set_threads
+
+    threads = set_threads(1)
+    load0 = os.getloadavg()
     bw = stream_bandwidth()
-    print(f"single-core streaming read: {bw:.2f} GB/s", flush=True)
+    peak = fma_peak()
+    print(f"load average {load0[0]:.2f} {load0[1]:.2f} {load0[2]:.2f}; single-core streaming read: {bw:.2f} GB/s; "
+          f"float64 FMA peak (numba): {peak:.1f} GFLOP/s", flush=True)
+    mm_cache: dict[tuple[int, int, int], float] = {}
     results = []
     for kind in args.kinds:
         t = time.perf_counter()
@@ -284,6 +380,11 @@ def run(args: argparse.Namespace) -> int:
             r["loop_rate"] = r["rows"] / r["loop_s"]
             r["gbps"] = bytes_touched(X, r["rows"]) / r["kernel_s"] / 1e9
             r["fraction_of_bandwidth"] = r["gbps"] / bw
+            k = int(round(X.nnz / X.shape[0])) if kind == "csr" else X.shape[1]
+            shape = (args.batch_size, k, units_of(name, C, args.hidden))
+            if shape not in mm_cache:
+                mm_cache[shape] = matmul_rate(*shape)
+            roofline(r, X, name, bw, peak, mm_cache[shape], args.hidden)
             if not args.no_sklearn:
                 r.update(time_sklearn(name, X, y, args, l2))
                 r["sklearn_rate"] = r["sklearn_rows"] / r["sklearn_s"]
@@ -291,10 +392,17 @@ def run(args: argparse.Namespace) -> int:
             results.append(r)
             print(f"  {name}: {r['rate']:.3g} samples/s, {r['gbps']:.2f} GB/s"
                   + (f", sklearn {r['sklearn_rate']:.3g}/s" if "sklearn_rate" in r else ""), flush=True)
+    load1 = os.getloadavg()
     print()
-    print(format_table(results, bw))
+    print(f"load average at start {load0[0]:.2f}, at end {load1[0]:.2f}; streaming read {bw:.2f} GB/s; "
+          f"FMA peak {peak:.1f} GFLOP/s; numpy matmul of the minibatch shape: "
+          + ", ".join(f"{m}x{k}@{k}x{n} {v:.1f}" for (m, k, n), v in mm_cache.items()) + " GFLOP/s")
+    print(format_table(results))
     if args.json:
         with open(args.json, "w") as fh:
-            json.dump({"stream_bandwidth_gbps": bw, "results": results, "machine": platform.processor() or
-                       platform.machine(), "python": platform.python_version()}, fh, indent=2)
+            json.dump({"stream_bandwidth_gbps": bw, "fma_peak_gflops": peak, "load_average_start": load0,
+                       "load_average_end": load1, "threads": threads,
+                       "matmul_gflops": {f"{m}x{k}@{k}x{n}": v for (m, k, n), v in mm_cache.items()},
+                       "results": results, "machine": platform.processor() or platform.machine(),
+                       "python": platform.python_version()}, fh, indent=2)
     return 0

@@ -19,7 +19,7 @@ from .base import CSR, BoundModel, Model, bind, l2_penalty
 from .custom import make_model
 
 __all__ = ["CSR", "KERNELS", "BUILTIN", "BoundModel", "Model", "bind", "get_model", "l2_penalty",
-           "register_model", "unregister_model", "warmup"]
+           "register_model", "set_threads", "unregister_model", "warmup"]
 
 BUILTIN: tuple[str, ...] = ("logistic", "softmax", "svm", "lsq", "mlp")
 KERNELS: dict[str, Model] = {m.name: m for m in (logistic.MODEL, softmax.MODEL, svm.MODEL, lsq.MODEL, mlp.MODEL)}
@@ -80,3 +80,33 @@ def warmup(model: Model, dense: bool = True, sparse: bool = True) -> None:
         bound.step(w, idx, 0.0, 1e-4, bound.scratch())
         bound.loss_sum(w)
         bound.correct(w)
+
+
+def set_threads(n: int) -> dict[str, object]:
+    """Set this process's numba and BLAS thread counts to n (1 = single-threaded); returns what is in effect.
+
+    numba: ``numba.set_num_threads(min(n, NUMBA_NUM_THREADS))`` -- numba's pool size is fixed when
+    numba starts (``mpikanel.comm.environment`` defaults NUMBA_NUM_THREADS to 1), so a larger n
+    needs NUMBA_NUM_THREADS >= n in the environment first.  BLAS/OpenMP pools: threadpoolctl's
+    ``threadpool_limits(n)`` when threadpoolctl is installed (scikit-learn brings it).  The
+    built-in kernels are serial loops either way (ranks are the parallelism); threads only reach
+    code that uses numba's parallel loops or BLAS.  Returned keys: ``numba`` (threads now in
+    effect), ``numba_max``, ``blas`` (smallest limit over the loaded BLAS/OpenMP pools, None if
+    threadpoolctl is absent or none is loaded) and ``requested``.
+    """
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise ValueError(f"threads must be a positive integer, got {n!r}")
+    import numba
+
+    numba_max = int(numba.config.NUMBA_NUM_THREADS)
+    numba.set_num_threads(min(n, numba_max))
+    blas: int | None = None
+    try:
+        from threadpoolctl import threadpool_info, threadpool_limits
+    except ImportError:
+        pass
+    else:
+        threadpool_limits(n)
+        counts = [int(p["num_threads"]) for p in threadpool_info()]
+        blas = min(counts) if counts else None
+    return {"requested": n, "numba": int(numba.get_num_threads()), "numba_max": numba_max, "blas": blas}

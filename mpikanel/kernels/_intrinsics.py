@@ -95,3 +95,17 @@ def prefetch_span(typingctx, a, lo, hi):
         return context.get_dummy_value()
 
     return sig, codegen
+
+
+@intrinsic
+def int_bits_as_float(typingctx, n):
+    """Reinterpret the bits of an int64 as a float64 (no conversion)."""
+    if not isinstance(n, types.Integer):
+        return None
+    sig = types.float64(n)
+
+    def codegen(context, builder, signature, args):
+        v = context.cast(builder, args[0], signature.args[0], types.int64)
+        return builder.bitcast(v, ir.DoubleType())
+
+    return sig, codegen

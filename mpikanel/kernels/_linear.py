@@ -21,6 +21,7 @@ import math
 import numpy as np
 from numba import njit
 
+from ._blocks import block_rows, exp_fast, gather_rows, gemm, scratch_rows
 from ._intrinsics import PREFETCH_ROWS, prefetch_row, prefetch_span
 
 SOFTMAX, HINGE, SQUARED, LOGISTIC = 0, 1, 2, 3
@@ -132,19 +133,94 @@ def _csr_logits(w, indptr, indices, data, i, U, d, z):
 
 @njit(cache=True, fastmath=True, nogil=True)
 def dense_step(w, X, y, idx, lr, l2, C, scratch, kind):
-    """One minibatch SGD step in place on dense rows: w -= lr * (mean loss gradient + l2*weights)."""
+    """One minibatch SGD step in place on dense rows: w -= lr * (mean loss gradient + l2*weights).
+
+    Multiclass: the minibatch as small dense blocks (see _blocks): widen its rows to float64
+    Xb, Z = Xb @ W + b, residuals in place, then W = (1 - lr*l2) W - lr/nb * Xb^T R straight into
+    the flat vector (batches larger than the scratch's row block: gradient accumulated per block).
+    """
     d = X.shape[1]
     U = _units(kind, C)
     ud = U * d
     nb = idx.shape[0]
-    if w.shape[0] != ud + U or scratch.shape[0] < ud + 2 * U:
+    if w.shape[0] != ud + U or scratch.shape[0] < multi_scratch_min(d, U):
         raise ValueError("linear sgd_step: w or scratch has the wrong length")
     if nb == 0:
         return
-    g = scratch[: ud + U]
-    z = scratch[ud + U : ud + 2 * U]
-    for j in range(ud + U):
+    if U == 1:
+        _dense_step_unit(w, X, y, idx, lr, l2, C, scratch, kind)
+        return
+    rb = block_rows(scratch.shape[0] - (ud + 2 * U), d + U)
+    gb = scratch[ud: ud + U]
+    zb = scratch[ud + U: ud + 2 * U]
+    blk = scratch[ud + 2 * U:]
+    W = w[:ud].reshape(d, U)
+    G = scratch[:ud].reshape(d, U)
+    for u in range(U):
+        gb[u] = 0.0
+    single = nb <= rb
+    inv = 1.0 / nb
+    for k0 in range(0, nb, rb):
+        rows = min(rb, nb - k0)
+        Xb = blk[: rows * d].reshape(rows, d)
+        Z = blk[rows * d: rows * (d + U)].reshape(rows, U)
+        gather_rows(X, idx[k0: k0 + rows], Xb)
+        for k in range(rows):
+            for u in range(U):
+                Z[k, u] = w[ud + u]
+        gemm(Z, Xb, False, W, 1.0, 1.0)
+        _residual_block(kind, Z, y, idx, k0, C, gb)
+        if single:
+            gemm(W, Xb, True, Z, -lr * inv, 1.0 - lr * l2)
+        else:
+            gemm(G, Xb, True, Z, 1.0, 0.0 if k0 == 0 else 1.0)
+    if not single:
+        for j in range(ud):
+            w[j] -= lr * (scratch[j] * inv + l2 * w[j])
+    for u in range(U):
+        w[ud + u] -= lr * (gb[u] * inv)
+
+
+@njit(cache=True, fastmath=True, nogil=True, inline="always")
+def _residual_block(kind, Z, y, idx, k0, C, gb):
+    """Overwrite the logits Z (rows x U) of minibatch rows idx[k0:] with dloss/dz; add them into gb."""
+    rows, U = Z.shape
+    for k in range(rows):
+        yi = y[idx[k0 + k]]
+        _check_label(kind, yi, C)
+        if kind == SOFTMAX:
+            zmax = Z[k, 0]
+            for u in range(1, U):
+                zmax = max(zmax, Z[k, u])
+            s = 0.0
+            for u in range(U):
+                e = exp_fast(Z[k, u] - zmax)
+                Z[k, u] = e
+                s += e
+            inv_s = 1.0 / s
+            for u in range(U):
+                Z[k, u] *= inv_s
+            Z[k, yi] -= 1.0
+        elif kind == HINGE:
+            for u in range(U):
+                t = 1.0 if u == yi else -1.0
+                Z[k, u] = -t if t * Z[k, u] < 1.0 else 0.0
+        else:
+            for u in range(U):
+                Z[k, u] -= 1.0 if u == yi else 0.0
+        for u in range(U):
+            gb[u] += Z[k, u]
+
+
+@njit(cache=True, fastmath=True, nogil=True)
+def _dense_step_unit(w, X, y, idx, lr, l2, C, scratch, kind):
+    """One-unit (binary logistic) dense step, row by row."""
+    d = X.shape[1]
+    nb = idx.shape[0]
+    g = scratch[: d + 1]
+    for j in range(d + 1):
         g[j] = 0.0
+    z = scratch[d + 1: d + 2]
     for k in range(min(PREFETCH_ROWS, nb)):
         prefetch_row(X, idx[k])
     for k in range(nb):
@@ -153,29 +229,17 @@ def dense_step(w, X, y, idx, lr, l2, C, scratch, kind):
         i = idx[k]
         yi = y[i]
         _check_label(kind, yi, C)
-        _dense_logits(w, X, i, U, d, z)
-        _residual(kind, z, U, yi)
-        nonzero = False
-        for u in range(U):
-            if z[u] != 0.0:
-                nonzero = True
-            g[ud + u] += z[u]
-        if nonzero:
-            if U == 1:
-                r = z[0]
-                for j in range(d):
-                    g[j] += r * X[i, j]
-            else:
-                for j in range(d):
-                    xj = X[i, j]
-                    off = j * U
-                    for u in range(U):
-                        g[off + u] += z[u] * xj
+        _dense_logits(w, X, i, 1, d, z)
+        _residual(kind, z, 1, yi)
+        g[d] += z[0]
+        r = z[0]
+        if r != 0.0:
+            for j in range(d):
+                g[j] += r * X[i, j]
     inv = 1.0 / nb
-    for j in range(ud):
+    for j in range(d):
         w[j] -= lr * (g[j] * inv + l2 * w[j])
-    for u in range(U):
-        w[ud + u] -= lr * (g[ud + u] * inv)
+    w[d] -= lr * (g[d] * inv)
 
 
 @njit(cache=True, fastmath=True, nogil=True)
@@ -335,9 +399,17 @@ def multi_n_params(n_features: int, n_classes: int) -> int:
     return n_classes * (n_features + 1)
 
 
+@njit(cache=True, nogil=True, inline="always")
+def multi_scratch_min(d, U):
+    """Smallest scratch a dense step accepts: gradient, bias gradient, logits, a one-row block."""
+    return U * (d + 1) + 2 * U + (d + U)
+
+
 def multi_scratch_size(n_features: int, n_classes: int) -> int:
-    """Gradient + logits, plus room for the CSR step's per-row residuals (batches of 2d/C rows; larger allocate)."""
-    return n_classes * (n_features + 1) + n_classes + 2 * n_features
+    """Gradient + logits, a block of up to BLOCK_ROWS widened rows and their logits (dense step), and
+    room for the CSR step's per-row residuals (batches of 2d/C rows; larger allocate)."""
+    d, C = n_features, n_classes
+    return C * (d + 1) + 2 * C + max(scratch_rows(d + C) * (d + C), 2 * d)
 
 
 def linear_model(name: str, kind: int, description: str):

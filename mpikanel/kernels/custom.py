@@ -16,6 +16,14 @@ Signatures the user supplies (compile them with ``@numba.njit``; arguments as in
 
 The library's step is  w[:k] -= lr * (out[:k] + l2 * w[:k]);  w[k:] -= lr * out[k:]  with
 k = n_weights(d, C) (default: all parameters regularised).
+
+numba's on-disk cache keys a function on its source file, not on the module name it was loaded
+under, and a cached function records that name; the same user file run as ``__main__``, loaded
+with runpy, or imported as a module would then load a cache entry naming a module the process
+does not have (``ModuleNotFoundError``).  So the library calls its own copy of every user kernel,
+compiled from the user's Python source without on-disk caching (same numba options otherwise);
+each process compiles the user's kernels once (about a second each), whatever the user's ``cache=``.
+Helpers the user kernels call keep their own decorators: give those ``cache=False`` too.
 """
 
 from __future__ import annotations
@@ -23,6 +31,7 @@ from __future__ import annotations
 from typing import Callable
 
 from numba import njit
+from numba.core.dispatcher import Dispatcher
 
 from . import _linear
 from .base import Model, _zeros_init
@@ -81,6 +90,14 @@ class _CsrStep(_Sized):
         _apply(w, g, lr, l2, self.head(d, n_classes))
 
 
+def uncached(f: Callable | None) -> Callable | None:
+    """A copy of a numba dispatcher compiled from its Python source without on-disk caching (other callables as is)."""
+    if not isinstance(f, Dispatcher):
+        return f
+    options = {k: v for k, v in f.targetoptions.items() if k not in ("cache", "nopython")}
+    return njit(**options)(f.py_func)
+
+
 def _linear_kind(w_len: int, d: int, C: int) -> int:
     if w_len == d + 1:
         return _linear.LOGISTIC
@@ -112,6 +129,8 @@ def make_model(name: str, grad: Callable, loss_sum: Callable, n_params: Callable
     if (grad_csr is None) != (loss_sum_csr is None):
         raise TypeError("register_model: give both grad_csr and loss_sum_csr, or neither")
     csr = grad_csr is not None
+    grad, loss_sum, predict, grad_csr, loss_sum_csr, predict_csr = (
+        uncached(f) for f in (grad, loss_sum, predict, grad_csr, loss_sum_csr, predict_csr))
     return Model(
         name=name,
         min_classes=min_classes,

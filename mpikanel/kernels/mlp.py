@@ -18,7 +18,7 @@ import numpy as np
 from numba import njit
 
 from ..errors import InputError
-from ._intrinsics import PREFETCH_ROWS, prefetch_row
+from ._blocks import block_rows, exp_fast, gather_rows, gemm, scratch_rows
 from ._linear import SOFTMAX, _residual
 from .base import Model
 
@@ -38,8 +38,9 @@ def n_weights(n_features: int, n_classes: int, hidden: int = DEFAULT_HIDDEN) -> 
 
 
 def scratch_size(n_features: int, n_classes: int, hidden: int = DEFAULT_HIDDEN) -> int:
-    """Gradient, hidden activations and deltas, logits."""
-    return n_params(n_features, n_classes, hidden) + 2 * hidden + n_classes
+    """Gradient, hidden activations and deltas, logits, W2 transposed, and a block of rows for the dense step."""
+    d, C, H = n_features, n_classes, hidden
+    return n_params(d, C, H) + 2 * H + C + H * C + scratch_rows(d + 2 * H + C) * (d + 2 * H + C)
 
 
 def views(w: np.ndarray, n_features: int, n_classes: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -117,56 +118,109 @@ def _backprop_top(w, g, a, dh, z, H, C, o1, ob1, ob2, act):
 
 @njit(cache=True, fastmath=True, nogil=True)
 def dense_step(w, X, y, idx, lr, l2, C, scratch, act):
-    """One minibatch SGD step in place on dense rows: w -= lr * (mean gradient + l2*weights)."""
+    """One minibatch SGD step in place on dense rows: w -= lr * (mean gradient + l2*weights).
+
+    The minibatch as small dense blocks (see _blocks), forward and backward fused per block:
+    A = Xb @ W1 + b1, Hh = act(A), Z = Hh @ W2^T + b2, R = softmax(Z) - onehot, dH = R @ W2,
+    dA = dH * act'(A); then W2 = (1 - lr*l2) W2 - lr/nb R^T Hh and W1 likewise with Xb^T dA,
+    written straight into the flat vector (larger batches than the row block: gradient
+    accumulated per block, then applied).
+    """
     d = X.shape[1]
     n = w.shape[0]
     H = _hidden_of(n, d, C)
     nb = idx.shape[0]
-    if C < 2 or H < 0 or scratch.shape[0] < n + 2 * H + C:
+    base = n + 2 * H + C + H * C
+    row_len = d + 2 * H + C
+    if C < 2 or H < 0 or scratch.shape[0] < base + row_len:
         raise ValueError("mlp sgd_step: w or scratch has the wrong length")
     if nb == 0:
         return
     o1 = d * H
     ob1 = o1 + C * H
     ob2 = ob1 + H
+    W1 = w[:o1].reshape(d, H)
+    W2 = w[o1:ob1].reshape(C, H)
     g = scratch[:n]
-    a = scratch[n:n + H]
-    dh = scratch[n + H:n + 2 * H]
-    z = scratch[n + 2 * H:n + 2 * H + C]
-    for k in range(n):
-        g[k] = 0.0
-    for k in range(min(PREFETCH_ROWS, nb)):
-        prefetch_row(X, idx[k])
-    for k in range(nb):
-        if k + PREFETCH_ROWS < nb:
-            prefetch_row(X, idx[k + PREFETCH_ROWS])
-        i = idx[k]
-        yi = y[i]
-        if yi < 0 or yi >= C:
-            raise ValueError("mlp: label out of range 0..n_classes-1")
+    G1 = g[:o1].reshape(d, H)
+    G2 = g[o1:ob1].reshape(C, H)
+    W2T = scratch[n + 2 * H + C: base].reshape(H, C)
+    for c in range(C):
         for h in range(H):
-            a[h] = w[ob1 + h]
-        for j in range(d):
-            xj = X[i, j]
-            if xj != 0.0:
-                off = j * H
-                for h in range(H):
-                    a[h] += xj * w[off + h]
-        _activate(a, H, act)
-        _output(w, a, H, C, o1, ob2, z)
-        _residual(SOFTMAX, z, C, yi)
-        _backprop_top(w, g, a, dh, z, H, C, o1, ob1, ob2, act)
-        for j in range(d):
-            xj = X[i, j]
-            if xj != 0.0:
-                off = j * H
-                for h in range(H):
-                    g[off + h] += xj * dh[h]
+            W2T[h, c] = W2[c, h]
+    for k in range(ob1, n):
+        g[k] = 0.0
+    rb = block_rows(scratch.shape[0] - base, row_len)
+    blk = scratch[base:]
+    single = nb <= rb
     inv = 1.0 / nb
-    for k in range(ob1):
-        w[k] -= lr * (g[k] * inv + l2 * w[k])
+    for k0 in range(0, nb, rb):
+        rows = min(rb, nb - k0)
+        Xb = blk[: rows * d].reshape(rows, d)
+        A = blk[rows * d: rows * (d + H)].reshape(rows, H)
+        dA = blk[rows * (d + H): rows * (d + 2 * H)].reshape(rows, H)
+        Z = blk[rows * (d + 2 * H): rows * row_len].reshape(rows, C)
+        gather_rows(X, idx[k0: k0 + rows], Xb)
+        for k in range(rows):
+            for h in range(H):
+                A[k, h] = w[ob1 + h]
+            for c in range(C):
+                Z[k, c] = w[ob2 + c]
+        gemm(A, Xb, False, W1, 1.0, 1.0)
+        _activate_block(A, act)
+        gemm(Z, A, False, W2T, 1.0, 1.0)
+        for k in range(rows):
+            yi = y[idx[k0 + k]]
+            if yi < 0 or yi >= C:
+                raise ValueError("mlp: label out of range 0..n_classes-1")
+            zmax = Z[k, 0]
+            for c in range(1, C):
+                zmax = max(zmax, Z[k, c])
+            s = 0.0
+            for c in range(C):
+                e = exp_fast(Z[k, c] - zmax)
+                Z[k, c] = e
+                s += e
+            inv_s = 1.0 / s
+            for c in range(C):
+                Z[k, c] *= inv_s
+            Z[k, yi] -= 1.0
+            for c in range(C):
+                g[ob2 + c] += Z[k, c]
+        gemm(dA, Z, False, W2, 1.0, 0.0)   # dH = R @ W2 at the current W2
+        for k in range(rows):
+            for h in range(H):
+                if act == RELU:
+                    if A[k, h] <= 0.0:
+                        dA[k, h] = 0.0
+                else:
+                    dA[k, h] *= 1.0 - A[k, h] * A[k, h]
+                g[ob1 + h] += dA[k, h]
+        if single:
+            gemm(W2, Z, True, A, -lr * inv, 1.0 - lr * l2)
+            gemm(W1, Xb, True, dA, -lr * inv, 1.0 - lr * l2)
+        else:
+            first = 0.0 if k0 == 0 else 1.0
+            gemm(G2, Z, True, A, 1.0, first)
+            gemm(G1, Xb, True, dA, 1.0, first)
+    if not single:
+        for k in range(ob1):
+            w[k] -= lr * (g[k] * inv + l2 * w[k])
     for k in range(ob1, n):
         w[k] -= lr * (g[k] * inv)
+
+
+@njit(cache=True, fastmath=True, nogil=True, inline="always")
+def _activate_block(A, act):
+    """Apply the activation in place to a 2-D block."""
+    rows, H = A.shape
+    for k in range(rows):
+        if act == RELU:
+            for h in range(H):
+                A[k, h] = max(A[k, h], 0.0)
+        else:
+            for h in range(H):
+                A[k, h] = math.tanh(A[k, h])
 
 
 @njit(cache=True, fastmath=True, nogil=True)
