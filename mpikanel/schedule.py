@@ -42,6 +42,8 @@ class Schedule:
     """Push after every step and wait for the reply (BSP, ASP, SSP)."""
 
     name = "blocking"
+    #: a PUSH_AND_WAIT from this schedule is a forced sync (ESP's max-skip guard), not its routine
+    forces_syncs = False
 
     def decide(self, st: WorkerState) -> Action:
         """The action after a step."""
@@ -63,6 +65,7 @@ class EspSchedule(Schedule):
     max_skip: int = 8
     busy_max: int = 4
     name = "esp"
+    forces_syncs = True
 
     def efficient(self, st: WorkerState) -> bool:
         """Whether an exchange now is cheap relative to the local work it carries."""
@@ -100,4 +103,6 @@ class PspSchedule(Schedule):
                 return Action.WAIT
             limit = min(self.max_wait_steps, st.plan)
             return Action.WAIT if st.steps_while_pending >= limit else Action.CONTINUE
-        return Action.PUSH if st.steps_since_reply >= st.plan else Action.CONTINUE
+        if st.steps_since_reply < st.plan:
+            return Action.CONTINUE
+        return Action.PUSH if self.train_while_waiting else Action.PUSH_AND_WAIT

@@ -99,6 +99,7 @@ class WorkerStats:
     slowdown: float = 1.0
     exchanges_completed: int = 0
     skips: int = 0                # step boundaries where the worker chose not to communicate
+    skip_run_max: int = 0         # most consecutive skips (ESP keeps it <= --esp-max-skip)
     forced_syncs: int = 0
     steps_while_pending: int = 0  # local steps taken while an exchange was in flight
     lease_waits: int = 0          # times the worker ran out of its budget lease and synced to renew it
@@ -333,6 +334,7 @@ def worker_core(client: Exchanger, data: BoundModel, params: np.ndarray, plan: S
             if not st.pending:
                 st.skips += 1
                 stats.skips += 1
+                stats.skip_run_max = max(stats.skip_run_max, st.skips)
         elif action == Action.WAIT:
             yield from w.wait()
         else:
@@ -340,7 +342,7 @@ def worker_core(client: Exchanger, data: BoundModel, params: np.ndarray, plan: S
                 yield from w.wait()
             if w.stopped or w.finished:
                 break
-            forced = action == Action.PUSH_AND_WAIT and schedule.name != "blocking"
+            forced = action == Action.PUSH_AND_WAIT and schedule.forces_syncs
             stats.forced_syncs += int(forced)
             w.push(last=False)
             if action == Action.PUSH_AND_WAIT:

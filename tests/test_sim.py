@@ -1,0 +1,113 @@
+"""The engine's invariants without MPI: the real server and worker cores on the simulator's clock."""
+import numpy as np
+import pytest
+
+from mpikanel.config import make_config
+from mpikanel.errors import InputError
+from mpikanel.sim.__main__ import main as sim_main
+from mpikanel.sim.run import SimOptions, simulate
+
+SMALL = dict(synthetic_rows=6000, epochs=2, quiet=True, progress="off", snapshot_interval=0.01)
+STEP = 1e-3           # a fixed modeled step time: no measurement, fully deterministic
+
+
+def run(workers: int = 4, **overrides) -> dict:
+    """One simulated run on the small problem."""
+    return simulate(make_config({**SMALL, **overrides}), SimOptions(workers, step_time=STEP))
+
+
+@pytest.mark.parametrize("sync", ["bsp", "asp", "ssp", "esp", "psp"])
+def test_no_delta_lost_and_the_shared_budget_is_exact(sync):
+    s = run(sync=sync, slowdown="1:4")
+    assert s["deltas_sent"] == s["deltas_applied"]
+    assert s["delta_sum_rel_error"] < 1e-9
+    assert s["samples"] == s["samples_budget"] == 2 * 5400       # 6000 rows less the 10% test tail
+    assert s["test_accuracy"] > 0.75
+
+
+def test_fast_workers_do_more_of_the_shared_budget_than_the_straggler():
+    s = run(sync="asp", slowdown="1:4")
+    samples = [w["samples"] for w in s["per_worker"]]
+    assert samples[0] < 0.5 * min(samples[1:])
+
+
+def test_per_worker_budget_gives_every_worker_its_own_epochs():
+    s = run(sync="asp", slowdown="1:4", budget="per-worker")
+    assert [w["samples"] for w in s["per_worker"]] == [2 * 1350] * 4
+
+
+def test_bsp_is_bitwise_reproducible_and_independent_of_modeled_times():
+    a = run(sync="bsp")
+    b = run(sync="bsp", slowdown="2:3", link_delay="*:0.002")
+    assert a["params_sha256"] == b["params_sha256"]
+
+
+def test_runs_are_deterministic_for_a_seed():
+    a, b = run(sync="esp", slowdown="1:3"), run(sync="esp", slowdown="1:3")
+    assert a["params_sha256"] == b["params_sha256"] and a["wall_s"] == b["wall_s"]
+    c = run(sync="esp", slowdown="1:3", seed=1)
+    assert c["params_sha256"] != a["params_sha256"]
+
+
+@pytest.mark.parametrize("staleness", [0, 2])
+def test_ssp_clock_spread_stays_within_s_plus_one_and_reaches_it(staleness):
+    s = run(sync="ssp", staleness=staleness, slowdown="1:4")
+    assert s["clock_spread_max"] == staleness + 1
+
+
+def test_esp_never_skips_more_than_max_skip_in_a_row():
+    s = run(sync="esp", esp_max_skip=3, slowdown="1:4", link_delay="*:0.01")
+    runs = [w["skip_run_max"] for w in s["per_worker"]]
+    assert max(runs) <= 3 and max(runs) >= 1          # the bound was exercised
+
+
+def test_psp_plans_rounds_and_waits_less_than_bsp():
+    psp, bsp = run(sync="psp", slowdown="1:4"), run(sync="bsp", slowdown="1:4")
+    assert psp["psp"]["rounds"] > 0
+    assert max(max(k) for k in psp["psp"]["k"]) > 1             # fast workers were planned extra steps
+    wait = lambda s: sum(w["wait_s"] for w in s["per_worker"])   # noqa: E731
+    assert wait(psp) < wait(bsp)
+
+
+def test_psp_idle_wait_ablation_trains_no_steps_while_pending():
+    s = run(sync="psp", slowdown="1:4", psp_wait="idle")
+    assert all(w["steps_while_pending"] == 0 for w in s["per_worker"])
+    t = run(sync="psp", slowdown="1:4")
+    assert sum(w["steps_while_pending"] for w in t["per_worker"]) > 0
+
+
+def test_time_budget_ends_the_run_and_keeps_unsent_work():
+    s = run(sync="esp", epochs=50, time_budget=0.3)
+    assert s["samples"] < 50 * 5400 and 0.3 <= s["wall_s"] < 0.5
+    assert s["delta_sum_rel_error"] < 1e-9
+
+
+def test_server_delay_congests_the_server():
+    quiet, busy = run(sync="asp"), run(sync="asp", server_delay="0.002")
+    assert busy["sim"]["queue_wait_s"] > 10 * max(quiet["sim"]["queue_wait_s"], 1e-6)
+    assert busy["wall_s"] > quiet["wall_s"]
+
+
+def test_many_workers_share_reply_snapshots_and_finish():
+    s = simulate(make_config({**SMALL, "synthetic_rows": 20000, "epochs": 1, "sync": "asp"}),
+                 SimOptions(256, step_time=STEP))
+    assert s["workers"] == 256 and s["samples"] == s["samples_budget"]
+
+
+def test_cli_writes_the_same_summary_and_metrics_as_train(tmp_path):
+    from mpikanel.metrics import read_metrics
+
+    out, metrics = tmp_path / "s.json", tmp_path / "m.h5"
+    assert sim_main(["--workers", "3", "--synthetic-rows", "3000", "--epochs", "1", "--quiet", "--step-time",
+                     "0.001", "--val-fraction", "0.1", "--summary-json", str(out), "--metrics", str(metrics)]) == 0
+    m = read_metrics(metrics)
+    assert m["summary"]["workers"] == 3 and "val_loss" in m["curve"] and len(m["workers"]) == 3
+    assert m["summary"]["versions"]["mpi"].startswith("simulator")
+
+
+def test_cli_rejects_checkpoints_and_bad_models(capsys):
+    assert sim_main(["--workers", "2", "--checkpoint-dir", "x", "--quiet"]) == 2
+    assert "checkpoints are off" in capsys.readouterr().err
+    assert sim_main(["--workers", "2", "--sim-bandwidth", "0", "--quiet"]) == 2
+    with pytest.raises(InputError):
+        simulate(make_config(SMALL), SimOptions(0, step_time=STEP))
