@@ -1,50 +1,170 @@
-"""bench sync and its baselines end to end: subprocesses under mpiexec, each bounded by a timeout."""
+"""bench sync: the analysis as pure functions on fabricated records, and one tiny end-to-end run."""
+import argparse
 import json
 import subprocess
 import sys
 
 import pytest
 
-from launch import clean_env, mpiexec
-
-TINY = ["--synthetic-rows", "8000", "--synthetic-features", "20", "--batch-size", "64", "--epochs", "3",
-        "--snapshot-interval", "0.02"]
-
-
-def _run(cmd, timeout):
-    try:
-        return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=clean_env())
-    except subprocess.TimeoutExpired as exc:
-        pytest.fail(f"hang: {' '.join(cmd)} did not finish in {timeout}s\n{exc.stderr}")
+from launch import clean_env
+from mpikanel.bench import sync as bench
+from mpikanel.errors import InputError
 
 
-def test_allreduce_baseline_converges_and_writes_metrics(tmp_path):
-    metrics, summary = tmp_path / "ar.h5", tmp_path / "ar.json"
-    proc = _run([mpiexec(), "-n", "3", sys.executable, "-m", "mpikanel.baselines.allreduce_sgd", *TINY,
-                 "--slowdown", "1:2", "--metrics", str(metrics), "--summary-json", str(summary), "--quiet"], 120)
-    assert proc.returncode == 0, proc.stderr
-    s = json.loads(summary.read_text())
-    assert s["sync"] == "allreduce" and s["workers"] == 3 and s["test_accuracy"] > 0.8
-    from mpikanel.metrics import read_metrics
-    m = read_metrics(metrics)
-    assert m["attrs"]["sync"] == "allreduce" and len(m["curve"]["time_s"]) >= 2
-    assert m["curve"]["test_loss"][-1] < m["curve"]["test_loss"][0]
-    by_rank = {w["rank"]: w for w in m["workers"]}
-    assert sorted(by_rank) == [1, 2, 3] and by_rank[1]["slowdown"] == 2.0 and by_rank[1]["injected_s"] > 0
-    assert all(by_rank[r]["injected_s"] == 0 for r in (2, 3))
+def _rec(model="bsp", lr=0.1, val=0.5, ok=True, seed=0, curve=None, **extra):
+    r = {"scenario": "s", "model": model, "lr": lr, "seed": seed, "ok": ok, "val_loss": val if ok else None}
+    if curve is not None:
+        r["_val_curve"] = curve
+    return {**r, **extra}
 
 
-def test_bench_sync_straggler_writes_results_and_plots(tmp_path):
+# ---------------------------------------------------------------- rate choice on validation
+
+def test_rate_is_chosen_on_final_validation_loss_not_test():
+    grid = [_rec(lr=0.1, val=0.50, test_loss=0.30), _rec(lr=0.2, val=0.40, test_loss=0.60),
+            _rec(lr=0.5, val=0.45, test_loss=0.20), _rec(lr=1.0, val=0.47, test_loss=0.10)]
+    assert bench.choose_rate(grid) == (0.2, None)
+
+
+def test_failed_runs_never_win_and_all_failed_gives_no_rate():
+    grid = [_rec(lr=0.1, val=0.5), _rec(lr=0.2, val=0.45), _rec(lr=0.5, ok=False), _rec(lr=1.0, val=float("nan"))]
+    assert bench.choose_rate(grid) == (0.2, None)
+    assert bench.choose_rate([_rec(lr=0.1, ok=False), _rec(lr=0.2, ok=False)]) == (None, None)
+
+
+@pytest.mark.parametrize("best, edge", [(0.1, "lowest"), (1.0, "highest")])
+def test_best_rate_at_an_edge_of_the_grid_warns(best, edge):
+    grid = [_rec(lr=lr, val=0.3 if lr == best else 0.6) for lr in (0.1, 0.2, 0.5, 1.0)]
+    lr, warning = bench.choose_rate(grid)
+    assert lr == best and warning and edge in warning
+
+
+def test_a_diverged_top_rate_still_brackets_the_choice():
+    grid = [_rec(lr=0.1, val=0.6), _rec(lr=0.2, val=0.5), _rec(lr=0.5, val=0.4), _rec(lr=1.0, ok=False)]
+    assert bench.choose_rate(grid) == (0.5, None)
+
+
+@pytest.mark.parametrize("lrs", [[0.1, 0.5, 1.0], [0.1, 0.2, 0.5], [0.1, 0.2, 0.4, 0.8], [0, 0.1, 0.5, 1.0]])
+def test_rate_grid_needs_four_rates_spanning_ten_x(lrs):
+    with pytest.raises(InputError, match="at least 4"):
+        bench.check_grid(lrs)
+
+
+def test_default_grid_is_valid():
+    bench.check_grid(bench.DEFAULT_LRS)
+
+
+def test_local_sgd_grid_is_scaled_by_the_trainers():
+    args = argparse.Namespace(lrs=[0.1, 1.0], ranks=5)
+    assert bench.rates_for(args, "localsgd-4") == [0.5, 5.0]
+    assert bench.rates_for(args, "esp") == [0.1, 1.0] == bench.rates_for(args, "allreduce")
+
+
+# ---------------------------------------------------------------- target, held vs first touch
+
+def test_target_is_from_bsps_best_final_validation_loss():
+    runs = [_rec("bsp", val=0.40), _rec("bsp", val=0.35, seed=1), _rec("esp", val=0.20), _rec("bsp", ok=False)]
+    assert bench.target_from(runs) == pytest.approx(1.03 * 0.35)
+    assert bench.target_from([_rec("esp", val=0.3), _rec("asp", val=0.2)]) == pytest.approx(1.03 * 0.2)
+    assert bench.target_from([_rec("bsp", ok=False)]) is None
+
+
+def test_held_time_differs_from_first_touch_when_the_curve_drifts_back_up():
+    r = _rec(curve=([0.0, 1.0, 2.0, 3.0, 4.0], [1.0, 0.3, 0.6, 0.3, 0.3]))
+    bench.mark_times(r, 0.4)
+    assert r["touch_s"] < 1.0 < r["held_s"] <= 3.0
+
+
+def test_run_ending_above_the_target_has_no_held_time_but_a_first_touch():
+    r = _rec(curve=([0.0, 1.0, 2.0], [1.0, 0.3, 0.6]))
+    bench.mark_times(r, 0.4)
+    assert r["held_s"] is None and r["touch_s"] is not None
+    bench.mark_times(r, None)
+    assert r["held_s"] is None and r["touch_s"] is None
+
+
+# ---------------------------------------------------------------- medians, ranges, "k/n held"
+
+def test_spread_median_and_range():
+    s = bench.spread([3.0, 1.0, 2.0])
+    assert (s.median, s.low, s.high, s.n, s.missing) == (2.0, 1.0, 3.0, 3, 0)
+    assert bench.spread([1.0, 4.0]).median == 2.5
+    assert bench.spread([]) is None
+    assert bench.format_spread([0.30, 0.25, 0.40]) == "0.3000 [0.2500-0.4000]"
+    assert bench.format_spread([0.3]) == "0.3000"
+
+
+def test_not_held_counts_as_infinitely_late_and_says_k_of_n():
+    assert bench.format_time([2.0, 1.0, None]) == "2.00 [1.00-not held] (2/3 held)"
+    assert bench.format_time([2.0, None, None]) == "not held [2.00-not held] (1/3 held)"
+    assert bench.format_time([None, None, None]) == "not held (0/3)"
+    assert bench.format_time([1.5, 1.0, 2.0]) == "1.50 [1.00-2.00]"
+
+
+def test_ratio_to_bsp_uses_medians_and_needs_both_held():
+    assert bench.ratio_to([4.0, 5.0, 6.0], [2.0, 2.5, 9.0]) == "2.00"
+    assert bench.ratio_to([4.0, 5.0, 6.0], [2.0, None, None]) == "-"
+    assert bench.ratio_to([None, None], [1.0]) == "-"
+
+
+def test_table_row_is_the_median_over_the_chosen_rate_seeds():
+    runs = [_rec("esp", lr=0.2, seed=s, held_s=h, touch_s=t, test_loss=tl, test_accuracy=0.8, total_wait_s=1.0,
+                 wall_s=w, samples=1000, step_time_ratio=1.1)
+            for s, h, t, tl, w in ((0, 2.0, 1.0, 0.30, 5.0), (1, None, 1.5, 0.34, 6.0), (2, 3.0, 2.0, 0.32, 7.0))]
+    row = dict(zip(bench.HEADERS, bench.table_row("esp", {"lr": 0.2, "warning": "edge"}, runs, [4.0, 6.0, 6.0])))
+    assert row["lr"] == "0.2 (edge)"
+    assert row["held time to target s (val)"] == "3.00 [2.00-not held] (2/3 held)"
+    assert row["ratio to BSP"] == "2.00"
+    assert row["first touch s (val)"] == "1.50 [1.00-2.00]"
+    assert row["final test loss"] == "0.3200 [0.3000-0.3400]"
+    assert row["wall s"] == "6.00 [5.00-7.00]"
+
+
+def test_contention_is_flagged_only_in_the_homogeneous_scenario():
+    runs = [_rec("asp", scenario=sc, step_time_ratio=1.6) for sc in ("homogeneous", "straggler")]
+    for r, sc in zip(runs, ("homogeneous", "straggler")):
+        r["scenario"] = sc
+    choices = {(sc, "asp"): {"lr": 0.1, "warning": None} for sc in ("homogeneous", "straggler")}
+    assert any("contention" in n for n in bench.scenario_notes(runs, "homogeneous", ["asp"], choices))
+    assert not any("contention" in n for n in bench.scenario_notes(runs, "straggler", ["asp"], choices))
+
+
+def test_model_recipes():
+    assert bench.model_run("psp-zipline", 5).flags == ("--sync", "psp", "--psp-wait", "idle")
+    assert bench.model_run("ssp", 5).flags == ("--sync", "ssp", "--staleness", "3")
+    ls = bench.model_run("localsgd-16", 5)
+    assert ls.module == "mpikanel.baselines.local_sgd" and ls.flags == ("--local-steps", "16") and ls.lr_scale == 5
+    for bad in ("localsgd-0", "localsgd-x", "nope", "asp:3"):
+        with pytest.raises(argparse.ArgumentTypeError):
+            bench._model_spec(bad)
+
+
+# ---------------------------------------------------------------- end to end
+
+@pytest.mark.timeout(900)         # six launches; each starts 3 Python processes (slow on a loaded machine)
+def test_bench_sync_quick_end_to_end(tmp_path):
+    """Two models, two rates, two seeds on the tiny workload: files, selection and seeds recorded."""
     pytest.importorskip("matplotlib")
     out = tmp_path / "bench"
-    proc = _run([sys.executable, "-m", "mpikanel.bench", "sync", "--scenario", "straggler", "--models", "bsp",
-                 "asp", "--lrs", "0.1", "--ranks", "3", "--quick", "--timeout", "60", "--out", str(out)], 150)
+    cmd = [sys.executable, "-m", "mpikanel.bench", "sync", "--scenario", "straggler", "--models", "bsp",
+           "localsgd-4", "--lrs", "0.05", "0.2", "--seeds", "0", "1", "--ranks", "3", "--quick", "--timeout", "120",
+           "--out", str(out)]
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=840, env=clean_env())
+    except subprocess.TimeoutExpired as exc:
+        pytest.fail(f"hang: bench sync did not finish in 840 s\n{exc.stderr}")
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    md = (out / "results.md").read_text()
-    assert "### straggler" in md and "| bsp | 0.1 |" in md and "| asp | 0.1 |" in md
     res = json.loads((out / "results.json").read_text())
-    assert res["ranks"] == 3 and res["scenarios"] == {"straggler": {"slowdown": "1:4"}}
-    assert {r["model"] for r in res["runs"]} == {"bsp", "asp"} and all(r["ok"] for r in res["runs"])
-    assert res["tables"]["straggler"]["target_loss"] > 0 and res["versions"]["mpi4py"]
-    for name in ("straggler-loss.png", "straggler-timeline.png"):
-        assert (out / name).stat().st_size > 1000
+    assert res["seeds"] == [0, 1] and res["git_commit"] and res["versions"]["mpi4py"] and res["nproc"] >= 1
+    assert len(res["load_average_before"]) == 3 and "mpikanel.bench" in res["command"]
+    table = res["tables"]["straggler"]
+    assert table["target_loss"] > 0
+    for model, grid in (("bsp", {0.05, 0.2}), ("localsgd-4", {0.15, 0.6})):
+        runs = [r for r in res["runs"] if r["model"] == model]
+        chosen = table["chosen"][model]["lr"]
+        assert {r["lr"] for r in runs if r.get("phase") == "selection"} == grid and chosen in grid
+        assert sorted(r["seed"] for r in runs if r["lr"] == chosen) == [0, 1]
+        assert all(r["ok"] and r["samples"] > 0 and r["val_loss"] > 0 for r in runs)
+    md = (out / "results.md").read_text()
+    assert "### straggler" in md and "held time to target s (val)" in md and "| localsgd-4 |" in md
+    assert (out / "straggler-val-loss.png").stat().st_size > 1000

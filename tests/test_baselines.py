@@ -1,0 +1,116 @@
+"""Allreduce and local SGD baselines: budget arithmetic, CPU-time straggler, and end-to-end runs under mpiexec."""
+import json
+import math
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+from launch import clean_env, mpiexec
+from mpikanel.baselines import common
+from mpikanel.config import TrainConfig
+from mpikanel.hetero import HeteroSpec, Injector
+from mpikanel.metrics import read_metrics
+from mpikanel.worker_loop import StepPlan
+
+TINY = ["--synthetic-rows", "8000", "--synthetic-features", "20", "--batch-size", "64", "--epochs", "3",
+        "--snapshot-interval", "0.02", "--val-fraction", "0.1"]
+N_ROWS = 7200          # 8000 rows - 10% test
+N_VAL = 720
+
+
+def test_steps_for_samples_counts_the_short_last_batch_of_each_pass():
+    assert common.steps_for_samples(100, 30, 100) == 4          # 30 30 30 10
+    assert common.steps_for_samples(100, 30, 230) == 9          # two passes (8 steps) + 30
+    assert common.steps_for_samples(100, 30, 231) == 10
+    assert common.steps_for_samples(100, 30, 0) == 0
+
+
+def test_shared_budget_is_an_equal_share_and_per_worker_is_whole_passes():
+    shared = TrainConfig(epochs=3, batch_size=30)
+    assert common.budget_steps(shared, 1000, 4, 250) == common.steps_for_samples(250, 30, 750)
+    assert common.budget_steps(TrainConfig(epochs=3, batch_size=30, budget="per-worker"), 1000, 4, 250) == 27
+    assert common.budget_steps(TrainConfig(epochs=3, batch_size=30, max_steps=5), 1000, 4, 250) == 5
+
+
+def test_step_time_ratio_is_relative_to_the_fastest_worker():
+    workers = [{"compute_s": 1.0, "injected_s": 3.0, "steps": 10}, {"compute_s": 1.0, "injected_s": 0.0, "steps": 10},
+               {"compute_s": 2.0, "injected_s": 0.0, "steps": 10}]
+    common.add_step_time_rel(workers)
+    assert [w["step_time_rel"] for w in workers] == [4.0, 1.0, 2.0]
+
+
+class _FakeShard:
+    """A shard whose step either burns CPU or sleeps for a while."""
+
+    def __init__(self, burn: bool) -> None:
+        self.burn = burn
+
+    def step(self, local, idx, lr, l2, scratch) -> None:
+        if self.burn:
+            c0 = time.thread_time()
+            while time.thread_time() - c0 < 0.02:
+                pass
+        else:
+            time.sleep(0.05)
+
+
+def test_straggler_is_slowed_by_cpu_time_not_wall_time():
+    plan = StepPlan(1, 1, 0.1, 0.0, 2)
+    busy, idle = (Injector(HeteroSpec(slowdown="1:4"), 1, 2) for _ in range(2))
+    common.injected_step(_FakeShard(True), None, None, plan, None, busy)
+    common.injected_step(_FakeShard(False), None, None, plan, None, idle)
+    assert busy.injected_s >= 3 * 0.02 * 0.99        # (4 - 1) x the step's CPU time
+    assert idle.injected_s < 0.01                     # a step spent off the CPU is not scaled
+
+
+def _run(module, n, args, tmp_path, name):
+    metrics, summary = tmp_path / f"{name}.h5", tmp_path / f"{name}.json"
+    cmd = [mpiexec(), "-n", str(n), sys.executable, "-m", module, *args, "--metrics", str(metrics),
+           "--summary-json", str(summary), "--quiet"]
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=180, env=clean_env())
+    except subprocess.TimeoutExpired as exc:
+        pytest.fail(f"hang: {' '.join(cmd)} did not finish in 180 s\n{exc.stderr}")
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(summary.read_text()), read_metrics(metrics)
+
+
+def _check_budget_and_validation(s, m, ranks):
+    n_train = N_ROWS - N_VAL
+    assert s["n_train"] == n_train and s["n_val"] == N_VAL and s["budget"] == "shared"
+    # the shared budget: EPOCHS x training rows in total, an equal share per rank (within one minibatch each)
+    assert abs(s["samples"] - 3 * n_train) <= ranks * 64 and s["samples"] >= 3 * n_train
+    shares = [w["samples"] for w in s["per_worker"]]
+    assert sum(shares) == s["samples"] and max(shares) - min(shares) <= 64
+    assert 0 < s["val_loss"] < m["curve"]["val_loss"][0] and "val_accuracy" in m["curve"]
+    assert len(m["curve"]["val_loss"]) == len(m["curve"]["time_s"]) >= 2
+
+
+def test_allreduce_baseline_shares_the_budget_and_records_validation(tmp_path):
+    s, m = _run("mpikanel.baselines.allreduce_sgd", 3, [*TINY, "--slowdown", "1:2"], tmp_path, "ar")
+    assert s["sync"] == "allreduce" and s["workers"] == 3 and s["test_accuracy"] > 0.8
+    _check_budget_and_validation(s, m, 3)
+    by_rank = {w["rank"]: w for w in m["workers"]}
+    assert sorted(by_rank) == [1, 2, 3] and by_rank[1]["slowdown"] == 2.0 and by_rank[1]["injected_s"] > 0
+    assert all(by_rank[r]["injected_s"] == 0 for r in (2, 3))
+    assert s["deltas_sent"] == sum(w["steps"] for w in s["per_worker"])          # one Allreduce per step
+    assert "load_avg_before" in s and all("step_time_rel" in w for w in s["per_worker"])
+
+
+def test_local_sgd_averages_every_h_steps_on_the_same_budget(tmp_path):
+    s, m = _run("mpikanel.baselines.local_sgd", 3, ["--local-steps", "4", *TINY, "--lr", "0.3"], tmp_path, "ls")
+    assert s["sync"] == "localsgd-4" and s["local_steps"] == 4 and m["attrs"]["sync"] == "localsgd-4"
+    _check_budget_and_validation(s, m, 3)
+    steps = s["per_worker"][0]["steps"]
+    assert all(w["pushes"] == math.ceil(steps / 4) for w in s["per_worker"])    # an average every 4 steps + the end
+    assert s["test_accuracy"] > 0.8
+    assert np.all(np.diff(m["curve"]["version"]) > 0)
+
+
+def test_local_sgd_rejects_a_bad_h(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "mpikanel.baselines.local_sgd", "--local-steps", "0"],
+                          capture_output=True, text=True, timeout=60, env=clean_env())
+    assert proc.returncode == 2 and "--local-steps" in proc.stderr
