@@ -12,7 +12,9 @@ from pathlib import Path
 from typing import Any
 
 from .errors import InputError
-from .sync import SYNC_MODELS
+from .sync.esp import SCALES as ESP_SCALES
+from .sync.psp import AGGREGATES as PSP_AGGREGATES, WAITS as PSP_WAITS
+from .sync.registry import MODELS as SYNC_REGISTRY, SYNC_MODELS
 
 
 @dataclass(frozen=True)
@@ -95,8 +97,6 @@ class TrainConfig:
 
 #: how the run's work is counted: the whole cluster's samples (server-enforced), or each worker's own epochs
 BUDGETS = ("shared", "per-worker")
-#: what a PSP worker does while its round closes: keep training (PSP) or idle (ZipLine-style ablation)
-PSP_WAITS = ("train", "idle")
 
 _POSITIVE = ("lr", "batch_size", "epochs", "synthetic_rows", "synthetic_features")
 
@@ -130,8 +130,8 @@ def _validate(c: TrainConfig) -> None:
         raise InputError(f"--esp-rho must be > 0, got {c.esp_rho}")
     if c.esp_max_skip < 0 or (c.esp_busy_max is not None and c.esp_busy_max < 0):
         raise InputError("--esp-max-skip and --esp-busy-max must be >= 0")
-    if c.esp_scale not in ("none", "inverse"):
-        raise InputError(f"--esp-scale must be none or inverse, got '{c.esp_scale}'")
+    if c.esp_scale not in ESP_SCALES:
+        raise InputError(f"--esp-scale must be one of {', '.join(ESP_SCALES)}, got '{c.esp_scale}'")
     if c.keep_checkpoints < 1:
         raise InputError(f"--keep-checkpoints must be >= 1, got {c.keep_checkpoints}")
     if c.resume == "latest" and not c.checkpoint_dir:
@@ -142,8 +142,8 @@ def _validate(c: TrainConfig) -> None:
         raise InputError(f"--progress must be auto, on or off, got '{c.progress}'")
     if c.psp_k_max < 1:
         raise InputError(f"--psp-k-max must be >= 1, got {c.psp_k_max}")
-    if c.psp_aggregate not in ("sum", "normalized"):
-        raise InputError(f"--psp-aggregate must be sum or normalized, got '{c.psp_aggregate}'")
+    if c.psp_aggregate not in PSP_AGGREGATES:
+        raise InputError(f"--psp-aggregate must be one of {', '.join(PSP_AGGREGATES)}, got '{c.psp_aggregate}'")
     if not c.snapshot_interval > 0:
         raise InputError(f"--snapshot-interval must be > 0, got {c.snapshot_interval}")
     if c.hidden < 1:
@@ -161,7 +161,7 @@ def _flag(name: str) -> str:
 
 
 _HELP = {
-    "sync": "synchronization model",
+    "sync": "synchronization model: " + "; ".join(f"{m.name} = {m.summary}" for m in SYNC_REGISTRY.values()),
     "staleness": "SSP staleness bound s (0 = BSP, inf = ASP)",
     "model": "model to train: logistic (binary), softmax, svm (one-vs-rest hinge), lsq (one-vs-rest "
              "ridge on one-hot targets), mlp (one hidden layer), or a name given to register_model",
@@ -263,11 +263,11 @@ def build_parser(prog: str = "python -m mpikanel.train", print_errors: bool = Tr
         elif f.name == "sync":
             p.add_argument(flag, choices=SYNC_MODELS, help=helptext)
         elif f.name == "esp_scale":
-            p.add_argument(flag, choices=("none", "inverse"), help=helptext)
+            p.add_argument(flag, choices=ESP_SCALES, help=helptext)
         elif f.name == "progress":
             p.add_argument(flag, choices=("auto", "on", "off"), help=helptext)
         elif f.name == "psp_aggregate":
-            p.add_argument(flag, choices=("sum", "normalized"), help=helptext)
+            p.add_argument(flag, choices=PSP_AGGREGATES, help=helptext)
         elif f.name == "budget":
             p.add_argument(flag, choices=BUDGETS, help=helptext)
         elif f.name == "psp_wait":

@@ -34,8 +34,8 @@ from .hetero import HeteroSpec, Injector, ServerDelay, describe_hetero, parse_he
 from .kernels import BoundModel, Model, bind, get_model, warmup
 from .metrics import SnapshotRecorder, evaluate_curve, write_metrics
 from .summary import add_curve, evaluate, format_summary
-from .schedule import EspSchedule, PspSchedule, Schedule
-from .sync import SyncPolicy, make_policy
+from . import sync as sync_models
+from .sync import Schedule, SyncPolicy
 from .worker_loop import StepPlan, WorkerStats, run_worker
 
 T = TypeVar("T")
@@ -81,18 +81,12 @@ def data_spec(config: TrainConfig) -> DataSpec:
 
 def policy_for(config: TrainConfig, n_workers: int) -> SyncPolicy:
     """The server-side sync policy a config asks for."""
-    return make_policy(config.sync, config.staleness, config.esp_scale, n_workers,
-                       config.psp_k_max, config.psp_aggregate)
+    return sync_models.get(config.sync).make(config, n_workers)[0]
 
 
 def schedule_for(config: TrainConfig, n_workers: int) -> Schedule:
     """The worker-side schedule a config asks for."""
-    if config.sync == "esp":
-        busy_max = config.esp_busy_max if config.esp_busy_max is not None else max(2, n_workers // 2)
-        return EspSchedule(rho=config.esp_rho, max_skip=config.esp_max_skip, busy_max=busy_max)
-    if config.sync == "psp":
-        return PspSchedule(max_wait_steps=config.psp_k_max, train_while_waiting=config.psp_wait == "train")
-    return Schedule()
+    return sync_models.get(config.sync).make(config, n_workers)[1]
 
 
 def hetero_spec(config: TrainConfig) -> HeteroSpec:

@@ -7,7 +7,7 @@ from .engine.worker_core import (WAIT, BatchCursor, Compute, Exchanger, StepPlan
                                  WorkerStats, worker_core)
 from .hetero import Injector, sleep_for
 from .kernels import BoundModel
-from .schedule import Schedule
+from .sync.schedule import Schedule
 
 
 def run_worker(client: Exchanger, data: BoundModel, params: np.ndarray, plan: StepPlan,

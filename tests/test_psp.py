@@ -4,7 +4,7 @@ import itertools
 import numpy as np
 import pytest
 
-from mpikanel.psp import PSP, StepTimePredictor, choose_sync_time, idle_of, steps_for
+from mpikanel.sync.psp import PSP, StepTimePredictor, choose_sync_time, idle_of, steps_for
 from mpikanel.sync import Book
 
 

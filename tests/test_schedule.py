@@ -1,7 +1,7 @@
 """Worker-side schedules over scripted timings (pure, no MPI)."""
 import pytest
 
-from mpikanel.schedule import Action, EspSchedule, PspSchedule, Schedule, WorkerState
+from mpikanel.sync import Action, EspSchedule, PspSchedule, Schedule, WorkerState
 
 
 def drive(schedule, step_s, rtt_s, steps=200, busy=0, rtt_alpha=0.3):

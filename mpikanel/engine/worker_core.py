@@ -10,7 +10,7 @@ pass it yields an effect to its driver and gets the result back:
 * ``WAIT`` -> the Reply of the exchange in flight: the MPI driver blocks inside MPI, the
   simulator suspends the worker until the reply's arrival event.
 
-A Schedule (mpikanel.schedule) decides at each step boundary whether to push, keep training,
+A Schedule (mpikanel.sync) decides at each step boundary whether to push, keep training,
 or wait; replies are merged so that steps taken while an exchange was in flight are kept:
 ``local = new_params + (local_now - local_at_send)``.
 """
@@ -27,7 +27,7 @@ from ..budget import UNLIMITED
 from ..errors import TrainingError
 from ..hetero import Injector
 from ..kernels import BoundModel
-from ..schedule import Action, Schedule, WorkerState
+from ..sync.schedule import Action, Schedule, WorkerState
 
 RTT_EWMA_ALPHA = 0.3
 

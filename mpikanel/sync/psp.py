@@ -29,10 +29,14 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .errors import InputError
-from .sync import BSP, Book
+from ..errors import InputError
+from .book import Book
+from .bsp import BSP
+from .schedule import Action, Schedule, WorkerState
 
 AGGREGATES = ("sum", "normalized")
+#: what a worker does while its round closes: keep training (PSP) or idle (the ZipLine-style ablation)
+WAITS = ("train", "idle")
 
 
 @dataclass(frozen=True)
@@ -246,3 +250,34 @@ class PSP(BSP):
             "predicted_s": [r.predicted.tolist() for r in rs],
             "actual_s": [np.where(np.isnan(r.arrived), -1.0, r.arrived).tolist() for r in rs],
         }
+
+
+@dataclass
+class PspSchedule(Schedule):
+    """Predicted synchronous parallel, worker side: run the planned steps, push, keep training
+    while the round closes, fold those steps into the next delta.
+
+    While waiting a worker trains at most as many steps as it was planned for the round (and at
+    most ``max_wait_steps``): the wait is then no longer than a round, and the extra work in a
+    delta stays proportional to the planned work, which keeps summed deltas stable.
+    """
+
+    max_wait_steps: int = 8
+    train_while_waiting: bool = True    # False: the ZipLine-style ablation (idle until the reply)
+    name = "psp"
+
+    def decide(self, st: WorkerState) -> Action:
+        if st.pending:
+            if not self.train_while_waiting:
+                return Action.WAIT
+            limit = min(self.max_wait_steps, st.plan)
+            return Action.WAIT if st.steps_while_pending >= limit else Action.CONTINUE
+        if st.steps_since_reply < st.plan:
+            return Action.CONTINUE
+        return Action.PUSH if self.train_while_waiting else Action.PUSH_AND_WAIT
+
+
+def make(config, n_workers: int) -> tuple[PSP, PspSchedule]:
+    """PSP's server policy and worker schedule for a config."""
+    return (PSP(n_workers, config.psp_k_max, config.psp_aggregate),
+            PspSchedule(max_wait_steps=config.psp_k_max, train_while_waiting=config.psp_wait == "train"))
