@@ -177,7 +177,7 @@ def _uninterrupted(args: str, ntasks: int, tmp: Path) -> dict:
     return _REFERENCE[args]
 
 
-@pytest.mark.timeout(220, func_only=True)
+@pytest.mark.timeout(360, func_only=True)   # the job (<= 180 s) and, once, the uninterrupted run (<= 150 s)
 @pytest.mark.parametrize("launcher", ["srun", "mpiexec"])
 def test_checkpointed_job_signal_requeue_resume(slurm: Slurm, jobdir: Path, tmp_path_factory, launcher: str) -> None:
     """The real trainer: SIGUSR1 -> checkpoint -> exit 75 -> requeue -> --resume latest -> done, and
