@@ -1,7 +1,9 @@
 """Heterogeneity injection end to end: a 4x straggler makes BSP's fast workers wait, not ASP's."""
+import numpy as np
 import pytest
 
 from launch import run_train
+from mpikanel.metrics import first_touch, time_to_target
 
 STRAGGLER = ["--slowdown", "1:4", "--batch-size", "512", "--synthetic-rows", "30000",
              "--synthetic-features", "800", "--epochs", "2"]
@@ -30,10 +32,24 @@ def test_straggler_makes_bsp_wait_and_not_asp(tmp_path):
 
 def test_metrics_file_and_plots(tmp_path):
     metrics = tmp_path / "run.h5"
+    # the test loss starts at ln(10) = 2.30 (zero weights, 10 classes) and ends near 0.77: 1.5 is
+    # halfway, a target the run has to train for
+    target = 1.5
     proc, s = run_train(3, "--synthetic-rows", "10000", "--epochs", "2", "--metrics", str(metrics),
-                        "--target-loss", "5.0", "--snapshot-interval", "0.01", tmp_path=tmp_path)
+                        "--target-loss", str(target), "--snapshot-interval", "0.01", tmp_path=tmp_path)
     assert proc.returncode == 0, proc.stderr
-    assert s["time_to_target_s"] is not None and len(s["curve"]["time_s"]) >= 2
+    t, loss = np.array(s["curve"]["time_s"]), np.array(s["curve"]["test_loss"])
+    assert len(t) >= 2 and np.all(np.diff(t) >= 0)
+    assert loss[0] > target >= loss[-1] and s["test_loss"] <= target
+    held, touch = s["time_to_target_s"], s["first_touch_s"]
+    assert held is not None and touch is not None
+    assert t[0] <= touch <= held <= t[-1]
+    # first touch: no snapshot before it is at the target; held: every snapshot after it is
+    assert np.all(loss[t < touch] > target)
+    assert np.all(loss[t >= held] <= target)
+    before = loss[t < held]
+    assert before.size and before[-1] > target      # the snapshot just before it is above the target
+    assert (held, touch) == (time_to_target(t, loss, target), first_touch(t, loss, target))
     from mpikanel.metrics import read_metrics
     m = read_metrics(metrics)
     assert m["attrs"]["sync"] == "bsp" and list(m["curve"]["test_loss"]) == s["curve"]["test_loss"]
