@@ -10,10 +10,11 @@ from pathlib import Path
 import pytest
 
 from launch import clean_env, mpiexec, run_train
-from test_train_e2e import assert_no_lost_work, _wait_for_child_python
+from test_train_e2e import assert_no_lost_work, kill_rank, rank_pids
 
 RUN = ["--synthetic-rows", "20000", "--epochs", "2"]
 LONG = ["--synthetic-rows", "100000", "--epochs", "30", "--progress", "off"]
+LONG_PER_WORKER = [*LONG, "--budget", "per-worker"]
 
 
 def start(n, *args):
@@ -77,17 +78,20 @@ def test_signal_checkpoints_exits_75_and_resume_latest_finishes(sig, tmp_path):
     assert resumed["resumed_from"] == stopped["checkpoint"] and not resumed["stopped"]
     assert_no_lost_work(resumed)
     assert all(w["steps"] == resumed["per_worker"][0]["steps"] for w in resumed["per_worker"])
+    # the shared budget went through the stop and the resume: no sample lost or repeated
+    assert resumed["samples"] == resumed["samples_budget"] == 30 * 90000
 
 
 @pytest.mark.parametrize("sync", ["esp", "psp", "ssp"])
 def test_async_models_resume_with_state_intact(sync, tmp_path):
+    # per-worker budgets: every worker's own step count is known, so a lost or repeated step shows
     ck = tmp_path / "ck"
-    proc = start(4, *LONG, "--sync", sync, "--checkpoint-dir", str(ck), "--checkpoint-every", "0.5")
+    proc = start(4, *LONG_PER_WORKER, "--sync", sync, "--checkpoint-dir", str(ck), "--checkpoint-every", "0.5")
     wait_for(ck, 1, proc)
     proc.send_signal(signal.SIGUSR1)
     rc, _, err = finish(proc)
     assert rc == 75, err
-    proc, s = run_train(4, *LONG, "--sync", sync, "--checkpoint-dir", str(ck), "--resume", "latest",
+    proc, s = run_train(4, *LONG_PER_WORKER, "--sync", sync, "--checkpoint-dir", str(ck), "--resume", "latest",
                         tmp_path=tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert s["test_accuracy"] > 0.85                 # same band as an uninterrupted run (~0.88)
@@ -100,9 +104,10 @@ def test_async_models_resume_with_state_intact(sync, tmp_path):
 def test_sigkill_ends_job_and_latest_checkpoint_resumes(victim, tmp_path):
     ck = tmp_path / "ck"
     proc = start(4, *LONG, "--checkpoint-dir", str(ck), "--checkpoint-every", "0.3")
+    pids = rank_pids(proc.pid, 4, timeout=60)
     wait_for(ck, 2, proc)
-    ranks = _wait_for_child_python(proc.pid, timeout=10, all_ranks=True)
-    os.kill(max(ranks) if victim == "worker" else min(ranks), signal.SIGKILL)
+    rank = 2 if victim == "worker" else 0
+    kill_rank(pids[rank], rank)                      # checks /proc/<pid>/environ says that rank
     t0 = time.time()
     rc, _, _ = finish(proc, timeout=30)
     assert rc != 0 and time.time() - t0 < 30
@@ -112,18 +117,55 @@ def test_sigkill_ends_job_and_latest_checkpoint_resumes(victim, tmp_path):
     assert s["resumed_from"] and s["test_accuracy"] > 0.85
 
 
-def test_kill_during_checkpoint_writes_leaves_a_valid_latest(tmp_path):
-    # a big model and a checkpoint every few steps: the kill most likely lands inside a write
-    ck = tmp_path / "ck"
+def _wait_for_temporary(ck: Path, pid: int, proc, timeout=120):
+    """A checkpoint temporary written by process `pid` (.ckpt-NNNNNN.h5.tmp-PID), once it exists."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        found = list(ck.glob(f".ckpt-*.h5.tmp-{pid}"))
+        if found:
+            return found[0]
+        if proc.poll() is not None:
+            pytest.fail(f"run ended before a checkpoint write was seen: {proc.stderr.read()}")
+        time.sleep(0.005)
+    return None
+
+
+def test_kill_during_checkpoint_write_resumes_from_the_previous_checkpoint(tmp_path):
+    # a big model and a checkpoint every few steps: the server spends much of its time writing
     args = ["--synthetic-rows", "20000", "--synthetic-features", "20000", "--epochs", "20", "--progress", "off"]
-    proc = start(3, *args, "--checkpoint-dir", str(ck), "--checkpoint-every", "3steps", "--keep-checkpoints", "2")
-    wait_for(ck, 2, proc)
-    os.killpg(proc.pid, signal.SIGKILL)
-    finish(proc, timeout=30)
-    proc, s = run_train(3, *args[:4], "--epochs", "1", "--max-steps", "1", "--checkpoint-dir", str(ck),
-                        "--resume", "latest", tmp_path=tmp_path)
-    assert proc.returncode == 0, proc.stderr     # a valid checkpoint was found (temporaries ignored)
-    assert not list(ck.glob(".ckpt-*"))         # stale temporaries cleaned up
+    for attempt in range(4):
+        ck = tmp_path / f"ck{attempt}"
+        proc = start(3, *args, "--checkpoint-dir", str(ck), "--checkpoint-every", "3steps", "--keep-checkpoints", "2")
+        tmp = None
+        try:
+            server = rank_pids(proc.pid, 3, timeout=120)[0]
+            wait_for(ck, 1, proc, timeout=120)         # a complete checkpoint to fall back to
+            tmp = _wait_for_temporary(ck, server, proc)
+            if tmp is not None:
+                kill_rank(server, 0)                   # rank 0 writes; kill it while the temporary exists
+        finally:
+            if tmp is None and proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+        rc, _, _ = finish(proc, timeout=60)
+        # rank 0 is dead and nothing else writes here: a temporary still present was being written
+        # when the kill landed (a write that had completed would have renamed it)
+        if tmp is not None and tmp.exists():
+            assert rc != 0
+            break
+    else:
+        pytest.fail("in 4 runs no kill landed inside a checkpoint write")
+    valid = sorted(ck.glob("ckpt-*.h5"))
+    assert valid, "no complete checkpoint next to the interrupted write"
+    previous = valid[-1]
+    # the interrupted write was the next checkpoint after the newest complete one
+    assert int(tmp.name.split(".")[1].split("-")[1]) == int(previous.stem.split("-")[1]) + 1
+    # resume (ending at once: --max-steps 1 is below what the checkpoint already did)
+    proc, s = run_train(3, *args, "--max-steps", "1", "--checkpoint-dir", str(ck), "--resume", "latest",
+                        tmp_path=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert s["resumed_from"] == str(previous)   # the temporary was not loaded
+    assert not list(ck.glob(".ckpt-*"))         # and was cleaned up
+    assert_no_lost_work(s)
 
 
 def test_incompatible_and_corrupted_checkpoints_are_clear_errors(tmp_path):
