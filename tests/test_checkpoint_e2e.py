@@ -130,6 +130,7 @@ def _wait_for_temporary(ck: Path, pid: int, proc, timeout=120):
     return None
 
 
+@pytest.mark.timeout(900)       # up to 4 starts of a big model (each bounded below)
 def test_kill_during_checkpoint_write_resumes_from_the_previous_checkpoint(tmp_path):
     # a big model and a checkpoint every few steps: the server spends much of its time writing
     args = ["--synthetic-rows", "20000", "--synthetic-features", "20000", "--epochs", "20", "--progress", "off"]
@@ -138,8 +139,8 @@ def test_kill_during_checkpoint_write_resumes_from_the_previous_checkpoint(tmp_p
         proc = start(3, *args, "--checkpoint-dir", str(ck), "--checkpoint-every", "3steps", "--keep-checkpoints", "2")
         tmp = None
         try:
-            server = rank_pids(proc.pid, 3, timeout=120)[0]
-            wait_for(ck, 1, proc, timeout=120)         # a complete checkpoint to fall back to
+            server = rank_pids(proc.pid, 3, timeout=180)[0]
+            wait_for(ck, 1, proc, timeout=240)         # a complete checkpoint to fall back to
             tmp = _wait_for_temporary(ck, server, proc)
             if tmp is not None:
                 kill_rank(server, 0)                   # rank 0 writes; kill it while the temporary exists
