@@ -2,6 +2,7 @@
 ``mpikanel.train``, with ``--workers N`` workers on a virtual clock instead of MPI ranks."""
 from __future__ import annotations
 
+import dataclasses
 import os
 import resource
 import time
@@ -63,7 +64,10 @@ def simulate(config: TrainConfig, opts: SimOptions) -> dict:
     recorder = SnapshotRecorder(config.snapshot_interval)
     policy = policy_for(config, n)
     core = ServerCore(params, policy, n, budget, recorder)
-    injectors = [Injector(hetero_spec(config), w + 1, n) for w in range(n)]
+    injected = hetero_spec(config)
+    if opts.replay:     # replayed step times already hold the slowdown and pauses the real run saw
+        injected = dataclasses.replace(injected, slowdown=None, pause_prob=0.0, pause_s=0.0)
+    injectors = [Injector(injected, w + 1, n) for w in range(n)]
     service = ServerDelay(config.server_delay, config.seed) if config.server_delay else None
     sim = Simulator(core, [], injectors, step_s, config.batch_size, opts.network, opts.server, service,
                     clock=time.perf_counter)
