@@ -206,8 +206,9 @@ _HELP = {
     "link_bandwidth": "slow link: RANK:BYTES_PER_S[,...] bandwidth cap of messages to the server",
     "server_delay": "congested server: service SECONDS added to every push the server handles, or "
                     "lognormal:MEAN:SIGMA (seeded draw per push)",
-    "threads": "compute threads per worker (numba/BLAS); ranks are the parallelism, so 1 unless a "
-               "worker owns several cores",
+    "threads": "compute threads per worker for BLAS and numba parallel code (the built-in kernels are "
+               "serial: ranks are the parallelism); numba can use at most NUMBA_NUM_THREADS (export it "
+               "before launching to allow more); the summary records what took effect",
     "metrics": "write the metrics file (HDF5: loss-vs-time curve, per-worker timings) to this path",
     "snapshot_interval": "seconds between parameter snapshots for the loss-vs-time curve",
     "target_loss": "report the wall time at which the test loss first reaches this value",

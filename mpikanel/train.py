@@ -31,7 +31,7 @@ from .errors import InputError
 from .budget import Budget, total_samples
 from .engine.server_core import ServerCore
 from .hetero import HeteroSpec, Injector, ServerDelay, describe_hetero, parse_hetero
-from .kernels import BoundModel, Model, bind, get_model, warmup
+from .kernels import BoundModel, Model, bind, get_model, set_threads, warmup
 from .metrics import SnapshotRecorder, evaluate_curve, write_metrics
 from .summary import add_curve, evaluate, format_summary
 from . import sync as sync_models
@@ -174,6 +174,7 @@ def train(config: TrainConfig | dict | None = None, comm=None, _stop: StopSignal
     stop = _stop if _stop is not None else StopSignals(enabled=bool(config.checkpoint_dir))
     try:
         s = setup(config, comm)
+        threads = set_threads(config.threads)
         rank = comm.Get_rank()
         # same seed on every rank -> identical start (zeros except e.g. the MLP's random weights)
         params = np.ascontiguousarray(s.model.init(s.n_params, s.info.n_features, s.info.n_classes,
@@ -205,7 +206,8 @@ def train(config: TrainConfig | dict | None = None, comm=None, _stop: StopSignal
         summary = _finish(comm, s, params, initial, stats, server_stats, recorder, wall,
                           {"resumed_from": resumed_from, "checkpoint": written,
                            "elapsed_before_s": ckpt.elapsed_s if ckpt is not None else 0.0,
-                           "load_avg_before": load_before, "load_avg_after": os.getloadavg()[0]})
+                           "load_avg_before": load_before, "load_avg_after": os.getloadavg()[0],
+                           "threads": threads})
         return summary
     finally:
         if _stop is None:

@@ -103,6 +103,7 @@ def test_cli_writes_the_same_summary_and_metrics_as_train(tmp_path):
     m = read_metrics(metrics)
     assert m["summary"]["workers"] == 3 and "val_loss" in m["curve"] and len(m["workers"]) == 3
     assert m["summary"]["versions"]["mpi"].startswith("simulator")
+    assert m["summary"]["threads"]["requested"] == 1 and m["summary"]["threads"]["numba"] == 1
 
 
 def test_cli_rejects_checkpoints_and_bad_models(capsys):

@@ -16,7 +16,7 @@ from ..engine.server_core import ServerCore
 from ..engine.worker_core import StepPlan, worker_core
 from ..errors import InputError
 from ..hetero import Injector, ServerDelay
-from ..kernels import bind, get_model, warmup
+from ..kernels import bind, get_model, set_threads, warmup
 from ..metrics import SnapshotRecorder
 from ..train import (Setup, _describe_checked, budget_for, data_spec, hetero_spec, policy_for, publish,
                      schedule_for, val_rows)
@@ -48,6 +48,7 @@ def simulate(config: TrainConfig, opts: SimOptions) -> dict:
     n_val = val_rows(config, info.n_rows)
     train_rows = info.n_rows - n_val
     warmup(model)
+    threads = set_threads(config.threads)
     test = bind(model, *_xy(load_test(spec, info)), info.n_classes)
     val = bind(model, *_xy(load_rows(spec, info, train_rows, info.n_rows)), info.n_classes) if n_val else None
     shards = _shards(spec, info, train_rows, n, model)
@@ -89,7 +90,7 @@ def simulate(config: TrainConfig, opts: SimOptions) -> dict:
     produced = np.sum([st.produced for _, st in results], axis=0)
     workers = [st.public() for _, st in results]
     run_info = {"engine": "sim", "load_avg_before": load_before, "load_avg_after": os.getloadavg()[0],
-                "resumed_from": None, "checkpoint": None, "elapsed_before_s": 0.0,
+                "threads": threads, "resumed_from": None, "checkpoint": None, "elapsed_before_s": 0.0,
                 "sim": _sim_report(sim, opts, step_s, real_s, setup_s)}
     return publish(s, params, initial, losses, workers, produced, server_stats, end, recorder, run_info,
                    "simulator (virtual clock)", n + 1)
