@@ -252,6 +252,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", metavar="DIR", help="output directory (default: runs/bench-sync-<timestamp>)")
     parser.add_argument("--timeout", type=float, default=240.0, help="seconds allowed per run")
     parser.add_argument("--quick", action="store_true", help="tiny workload (tests, smoke runs)")
+    parser.add_argument("--engine", choices=("mpi", "sim"), default="mpi",
+                        help="real ranks under mpiexec, or the simulator (python -m mpikanel.sim) on a virtual clock")
+    parser.add_argument("--workers", type=int, nargs="+", default=None,
+                        help="--engine sim: worker counts, one table set each (default: --ranks - 1)")
+    parser.add_argument("--step-time", type=float, default=None,
+                        help="--engine sim: modeled seconds per step (default: measured by each run)")
     for key in ("synthetic-rows", "synthetic-features", "batch-size", "epochs"):
         parser.add_argument(f"--{key}", type=int, default=None, help=f"workload override (default {WORKLOAD[key]})")
 
@@ -278,7 +284,12 @@ def run_command(args: argparse.Namespace, out: Path, scenario: str, model: str, 
     """The mpiexec command line of one run and its metrics path."""
     recipe = model_run(model, args.ranks)
     stem = f"{scenario}-{model.replace(':', '')}-lr{lr:g}-s{seed}"
-    cmd = [find_mpiexec(), "-n", str(args.ranks), sys.executable, "-m", recipe.module, *recipe.flags,
+    if args.engine == "sim":
+        launch = [sys.executable, "-m", "mpikanel.sim", "--workers", str(args.ranks - 1),
+                  *(("--step-time", f"{args.step_time:g}") if args.step_time else ())]
+    else:
+        launch = [find_mpiexec(), "-n", str(args.ranks), sys.executable, "-m", recipe.module]
+    cmd = [*launch, *recipe.flags,
            *_flags(workload), "--val-fraction", f"{args.val_fraction:g}", "--lr", f"{lr:g}", "--seed", str(seed),
            *_flags(SCENARIOS[scenario]), "--scenario", scenario, "--metrics", str(out / f"{stem}.h5"), "--quiet"]
     return cmd, out / f"{stem}.h5"
@@ -357,10 +368,28 @@ def _check_args(args: argparse.Namespace) -> None:
                          f"got {args.val_fraction:g}")
     if len(set(args.seeds)) != len(args.seeds):
         raise InputError(f"--seeds must be distinct, got {' '.join(map(str, args.seeds))}")
-    find_mpiexec()
+    if args.engine == "mpi":
+        find_mpiexec()
 
 
 def run(args: argparse.Namespace) -> int:
+    """One bench per engine setting: real ranks, or the simulator at each --workers count."""
+    if args.engine == "mpi":
+        return run_engine(args)
+    base = Path(args.out or f"runs/bench-sync-sim-{time.strftime('%Y%m%d-%H%M%S')}")
+    models = [m for m in (args.models or DEFAULT_MODELS) if model_run(m, 2).module == "mpikanel.train"]
+    skipped = sorted(set(args.models or DEFAULT_MODELS) - set(models))
+    if skipped:
+        print(f"bench sync --engine sim: {', '.join(skipped)} have no simulated form (MPI programs "
+              "without a server); left out", file=sys.stderr)
+    code = 0
+    for n in args.workers or [args.ranks - 1]:
+        sub = argparse.Namespace(**{**vars(args), "ranks": n + 1, "models": models, "out": str(base / f"workers-{n}")})
+        code = max(code, run_engine(sub))
+    return code
+
+
+def run_engine(args: argparse.Namespace) -> int:
     """Rate selection, seeds, report; 1 if a model has no good run in a scenario, 2 on bad flags."""
     t_start, load_before = time.perf_counter(), os.getloadavg()
     try:
@@ -539,7 +568,9 @@ def versions(records: list[dict]) -> dict[str, str]:
 def _header(args: argparse.Namespace, workload: dict[str, str], meta: dict) -> str:
     la, lb = meta["load_average_before"], meta["load_average_after"]
     return (f"# bench sync\n\ncommand: `{' '.join(meta['command'])}`\n\n"
-            f"git commit {meta['git_commit']}; {args.ranks} ranks; nproc {meta['nproc']}; load average (1/5/15 min) "
+            f"git commit {meta['git_commit']}; engine {getattr(args, 'engine', 'mpi')}"
+            f"{' (virtual clock: times are modeled seconds)' if getattr(args, 'engine', 'mpi') == 'sim' else ''}; "
+            f"{args.ranks} ranks; nproc {meta['nproc']}; load average (1/5/15 min) "
             f"before {la[0]:.2f}/{la[1]:.2f}/{la[2]:.2f}, after {lb[0]:.2f}/{lb[1]:.2f}/{lb[2]:.2f}; "
             f"harness wall {meta['harness_wall_s']:.0f} s over {meta['n_runs']} runs\n\n"
             f"workload: `{' '.join(_flags(workload))} --val-fraction {args.val_fraction:g}`; rate grid "
