@@ -40,7 +40,7 @@ from ..comm.environment import launcher_environment
 _REPO_ROOT = Path(__file__).resolve().parents[2]
 _RANK_VARS = ("PMI_", "PMIX_", "OMPI_COMM", "OMPI_MCA_ess", "OMPI_MCA_orte", "HYDRA_", "MPI_LOCALNRANKS",
               "MPI_LOCALRANKID")
-WORKLOADS = ("server4", "server16", "default4", "compute", "straggler", "idle")
+WORKLOADS = ("default4", "idle", "straggler", "server4", "compute", "server16")
 STRAGGLER = ("--synthetic-rows 100000 --synthetic-features 1000 --batch-size 2048 --epochs 20 --lr 0.4 "
              "--slowdown 1:4").split()
 COMPUTE = "--model mlp --hidden 64 --batch-size 512 --epochs 2 --synthetic-rows 60000".split()
@@ -282,6 +282,14 @@ def run(args: argparse.Namespace) -> int:
                     raw[v.name].setdefault(w, []).append(res)
                     print(f"[mpi bench] rep {rep + 1} {v.name:<10} {w:<10} {json.dumps(res)} "
                           f"({time.monotonic() - t0:.1f}s)", file=sys.stderr, flush=True)
+                    _write(out, doc, venvs, raw)   # after every run: an interrupted bench keeps its results
+    md = _write(out, doc, venvs, raw)
+    print(md)
+    return 1 if doc["errors"] else 0
+
+
+def _write(out: Path, doc: dict, venvs: list[Venv], raw: dict) -> str:
+    """Write results.json and results.md (load after = now); returns the markdown."""
     doc["load_after"] = [round(x, 2) for x in os.getloadavg()]
     doc["venvs"] = [{"name": v.name, "python": v.python, "mpiexec": v.mpiexec, "extra_env": v.extra_env, **v.info}
                     for v in venvs]
@@ -290,5 +298,4 @@ def run(args: argparse.Namespace) -> int:
     (out / "results.json").write_text(json.dumps(doc, indent=2))
     md = format_markdown(doc)
     (out / "results.md").write_text(md)
-    print(md)
-    return 1 if doc["errors"] else 0
+    return md
