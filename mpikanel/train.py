@@ -124,6 +124,15 @@ def budget_for(config: TrainConfig, n_workers: int, train_rows: int) -> Budget:
     return Budget(n_workers, total, config.batch_size, config.time_budget)
 
 
+def warm_ranks(comm, model: Model) -> None:
+    """Compile the model's kernels into the numba cache on rank 0 first; the others then load them."""
+    if comm.Get_rank() == 0:
+        warmup(model)
+    comm.Barrier()
+    if comm.Get_rank() != 0:
+        warmup(model)
+
+
 def setup(config: TrainConfig, comm) -> Setup:
     """Validate and load everything collectively; InputError on every rank if anything is wrong."""
     size, rank = comm.Get_size(), comm.Get_rank()
@@ -147,11 +156,7 @@ def setup(config: TrainConfig, comm) -> Setup:
         return load_rows(spec, info, start, stop), None, None
 
     shard, test, val = agree(comm, load)
-    if rank == 0:
-        warmup(model)        # compile once into the cache, then the others load it
-    comm.Barrier()
-    if rank != 0:
-        warmup(model)
+    warm_ranks(comm, model)
     lease = budget_for(config, n_workers, train_rows).initial_lease() if config.budget == "shared" else None
     plan = StepPlan(config.epochs, config.batch_size, config.lr, config.l2, info.n_classes, config.max_steps,
                     lease=lease)

@@ -26,11 +26,11 @@ from ..config import TrainConfig
 from ..data import DataInfo, describe, load_rows, load_test, shard_range
 from ..errors import InputError, TrainingError
 from ..hetero import Injector, describe_hetero, parse_hetero, sleep_for
-from ..kernels import BoundModel, bind, get_model, warmup
+from ..kernels import BoundModel, bind, get_model
 from ..metrics import SnapshotRecorder, evaluate_curve, write_metrics
 from ..summary import add_curve
 from ..budget import total_samples
-from ..train import agree, data_spec, hetero_spec, val_rows
+from ..train import agree, data_spec, hetero_spec, val_rows, warm_ranks
 from ..worker_loop import BatchCursor, StepPlan
 
 
@@ -88,11 +88,7 @@ def setup(config: TrainConfig, comm: Any) -> Setup:
         return (load_rows(spec, info, start, stop), *extra)
 
     shard, test, val = agree(comm, load)
-    if rank == 0:
-        warmup(model)            # compile once into the cache, then the others load it
-    comm.Barrier()
-    if rank != 0:
-        warmup(model)
+    warm_ranks(comm, model)
     bound = [None if d is None else bind(model, d.X, d.y, info.n_classes) for d in (shard, test, val)]
     return Setup(*bound, info.description, n_train, info.n_classes)
 
