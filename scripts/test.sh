@@ -20,8 +20,8 @@ fi
 export NUMBA_CACHE_DIR=${NUMBA_CACHE_DIR:-$PWD/.numba-cache}
 t0=$SECONDS
 # every step under a timeout (seconds: STEP_TIMEOUT, the second-MPI steps SECOND_STEP_TIMEOUT) so nothing hangs
-run() { echo "+ [$((SECONDS - t0))s] $*"; timeout --kill-after=30 "${STEP_TIMEOUT:-1200}" "$@"; }
-run2() { STEP_TIMEOUT=${SECOND_STEP_TIMEOUT:-420} run "$@"; }
+run() { echo "+ [$((SECONDS - t0))s] $*"; timeout --kill-after=30 "${STEP_TIMEOUT:-2400}" "$@"; }
+run2() { STEP_TIMEOUT=${SECOND_STEP_TIMEOUT:-1200} run "$@"; }
 mpi_of() { "$1" -c 'import mpi4py; mpi4py.rc.initialize = False; from mpi4py import MPI; print(MPI.Get_library_version().splitlines()[0])'; }
 echo "default MPI: $(mpi_of .venv/bin/python)"
 run .venv/bin/python -m pytest -q -p no:cacheprovider tests
