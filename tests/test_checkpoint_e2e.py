@@ -77,7 +77,8 @@ def test_signal_checkpoints_exits_75_and_resume_latest_finishes(sig, tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert resumed["resumed_from"] == stopped["checkpoint"] and not resumed["stopped"]
     assert_no_lost_work(resumed)
-    assert all(w["steps"] == resumed["per_worker"][0]["steps"] for w in resumed["per_worker"])
+    steps = [w["steps"] for w in resumed["per_worker"]]
+    assert max(steps) - min(steps) <= 1      # BSP: lockstep, the budget's last partial step on some workers only
     # the shared budget went through the stop and the resume: no sample lost or repeated
     assert resumed["samples"] == resumed["samples_budget"] == 30 * 90000
 
