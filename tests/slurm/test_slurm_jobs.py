@@ -177,12 +177,12 @@ def _uninterrupted(args: str, ntasks: int, tmp: Path) -> dict:
     return _REFERENCE[args]
 
 
-@pytest.mark.timeout(360, func_only=True)   # the job (<= 180 s) and, once, the uninterrupted run (<= 150 s)
 SRUN_SIGNAL = pytest.mark.xfail(strict=True, reason="Intel MPI wheel under srun --mpi=pmi2: the SIGUSR1 "
                                 "srun forwards makes rank 0's MPI_Waitsome fail ('Other MPI error', exit 137); "
                                 "checkpointed.sbatch therefore defaults to mpiexec (needs an issue)")
 
 
+@pytest.mark.timeout(360, func_only=True)   # the job (<= 180 s) and, once, the uninterrupted run (<= 150 s)
 @pytest.mark.parametrize("launcher", [pytest.param("srun", marks=SRUN_SIGNAL), "mpiexec"])
 def test_checkpointed_job_signal_requeue_resume(slurm: Slurm, jobdir: Path, tmp_path_factory, launcher: str) -> None:
     """The real trainer: SIGUSR1 -> checkpoint -> exit 75 -> requeue -> --resume latest -> done, and
