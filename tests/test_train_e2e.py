@@ -89,14 +89,20 @@ def test_diverging_run_aborts_naming_the_rank():
     assert "rank" in proc.stderr and "non-finite" in proc.stderr
 
 
-def test_killed_worker_ends_the_job():
+def test_killed_worker_ends_the_job(tmp_path):
+    ck = tmp_path / "ck"
     cmd = [mpiexec(), "-n", "4", sys.executable, "-m", "mpikanel.train", "--quiet",
-           "--synthetic-rows", "100000", "--epochs", "50"]
+           "--synthetic-rows", "100000", "--epochs", "50", "--checkpoint-dir", str(ck), "--checkpoint-every", "0.5"]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env=clean_env(), start_new_session=True)
     try:
         victim = rank_pids(proc.pid, 4, timeout=60)[2]    # a worker, by its MPI rank
-        time.sleep(3)          # let training start
+        # kill mid-training (a checkpoint was written), not during MPI start-up: a rank lost before
+        # MPI_Init completes is the launcher's start-up failure, not what this test is about
+        deadline = time.time() + 240
+        while not list(ck.glob("ckpt-*.h5")) and proc.poll() is None and time.time() < deadline:
+            time.sleep(0.1)
+        assert proc.poll() is None and list(ck.glob("ckpt-*.h5")), "training never started"
         kill_rank(victim, 2)
         proc.wait(timeout=30)  # the launcher must tear the job down within seconds
     except subprocess.TimeoutExpired:
