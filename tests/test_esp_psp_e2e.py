@@ -47,7 +47,7 @@ def test_esp_skips_on_the_slow_link_only(tmp_path):
     assert slow["skips"] > 0.5 * slow["steps"]               # the slow link is rarely worth using
     rate = lambda w: w["skips"] / w["steps"]                 # noqa: E731 - per step: the shared budget
     for w in fast:                                           # gives fast workers more steps
-        assert rate(w) < 0.5 * rate(slow), (w, slow)         # the others keep communicating
+        assert rate(w) < rate(slow), (w, slow)               # the others skip less often
     for w in s["per_worker"]:
         assert w["exchanges_started"] == w["exchanges_completed"] == w["pushes"]
         assert w["rtt_p95_s"] >= w["rtt_mean_s"] * 0.5 > 0
