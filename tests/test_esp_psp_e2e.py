@@ -83,13 +83,6 @@ def test_psp_gives_fast_workers_more_steps_under_a_straggler(tmp_path):
     assert s["samples"] == s["samples_budget"]
 
 
-def test_psp_is_bsp_like_on_a_homogeneous_cluster(tmp_path):
-    proc, s = run_train(4, "--sync", "psp", *SMALL, tmp_path=tmp_path)
-    assert proc.returncode == 0, proc.stderr
-    k = np.array(s["psp"]["k"])
-    assert np.median(k) == 1
-
-
 @pytest.mark.parametrize("sync", ["esp", "psp"])
 def test_sixteen_ranks(sync, tmp_path):
     proc, s = run_train(16, "--sync", sync, "--synthetic-rows", "30000", "--epochs", "1",

@@ -17,7 +17,9 @@ from mpikanel.errors import InputError
 
 ROOT = Path(__file__).resolve().parent.parent
 FASHION_DIR = "/usr/share/datasets/fashion-mnist"
-#: the stated accuracy: MLP (64 ReLU units, 5 epochs, ASP, 3 workers) on the full Fashion-MNIST test set
+#: the stated accuracy: MLP (64 ReLU units, 5 epochs, BSP, 3 workers) on the full Fashion-MNIST test set;
+#: BSP is bitwise reproducible, so this does not depend on how the ranks were scheduled (measured 0.8588,
+#: softmax 0.8337; under ASP the MLP landed anywhere in 0.845-0.86)
 MLP_FASHION_ACCURACY = 0.85
 
 needs_fashion = pytest.mark.skipif(not os.path.isdir(FASHION_DIR), reason="dataset-fashion-mnist not installed")
@@ -41,7 +43,7 @@ def test_config_model_flags():
 @pytest.mark.slow
 @needs_fashion
 def test_mlp_beats_softmax_on_fashion_mnist_with_4_ranks(tmp_path):
-    common = ["--data", "fashion-mnist", "--epochs", "5", "--sync", "asp", "--lr", "0.1"]
+    common = ["--data", "fashion-mnist", "--epochs", "5", "--sync", "bsp", "--lr", "0.1"]
     proc, mlp = run_train(4, *common, "--model", "mlp", tmp_path=tmp_path, env=_env())
     assert proc.returncode == 0, proc.stderr
     proc, soft = run_train(4, *common, "--model", "softmax", tmp_path=tmp_path, env=_env())

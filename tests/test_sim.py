@@ -69,6 +69,14 @@ def test_psp_plans_rounds_and_waits_less_than_bsp():
     assert wait(psp) < wait(bsp)
 
 
+def test_psp_is_bsp_like_on_a_homogeneous_cluster():
+    # on real ranks scheduling noise on 2 cores moves the plan; on the virtual clock equal workers
+    # are planned one step each, every round
+    s = run(sync="psp")
+    assert s["psp"]["rounds"] > 10
+    assert {k for ks in s["psp"]["k"] for k in ks} == {1}
+
+
 def test_psp_idle_wait_ablation_trains_no_steps_while_pending():
     s = run(sync="psp", slowdown="1:4", psp_wait="idle")
     assert all(w["steps_while_pending"] == 0 for w in s["per_worker"])
