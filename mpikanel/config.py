@@ -16,6 +16,8 @@ from .sync.esp import SCALES as ESP_SCALES
 from .sync.psp import AGGREGATES as PSP_AGGREGATES, WAITS as PSP_WAITS
 from .sync.registry import MODELS as SYNC_REGISTRY, SYNC_MODELS
 
+ON_OFF = ("on", "off")
+
 
 @dataclass(frozen=True)
 class TrainConfig:
@@ -47,6 +49,11 @@ class TrainConfig:
     esp_max_skip: int = 8
     esp_busy_max: int | None = None
     esp_scale: str = "none"
+    esp_probe: str = "on"
+    esp_value: str = "on"
+    esp_efficiency: str = "on"
+    esp_value_low: float = 0.25
+    esp_value_high: float = 4.0
     psp_k_max: int = 8
     psp_aggregate: str = "sum"
     psp_wait: str = "train"
@@ -118,6 +125,12 @@ def _validate(c: TrainConfig) -> None:
         raise InputError(f"--budget must be one of {', '.join(BUDGETS)}, got '{c.budget}'")
     if c.time_budget is not None and not (c.time_budget > 0 and math.isfinite(c.time_budget)):
         raise InputError(f"--time-budget must be a finite number of seconds > 0, got {c.time_budget}")
+    for name in ("esp_probe", "esp_value", "esp_efficiency"):
+        if getattr(c, name) not in ON_OFF:
+            raise InputError(f"{_flag(name)} must be on or off, got '{getattr(c, name)}'")
+    if not 0 <= c.esp_value_low <= c.esp_value_high:
+        raise InputError(f"need 0 <= --esp-value-low <= --esp-value-high, got {c.esp_value_low} and "
+                         f"{c.esp_value_high}")
     if c.psp_wait not in PSP_WAITS:
         raise InputError(f"--psp-wait must be one of {', '.join(PSP_WAITS)}, got '{c.psp_wait}'")
     if c.threads < 1:
@@ -194,6 +207,14 @@ _HELP = {
     "esp_busy_max": "ESP: skip while the server reports more queued pushes than this "
                     "(default: half the workers, at least 2)",
     "esp_scale": "ESP: scale a stale delta on the server: none, or inverse = 1/(1+staleness)",
+    "esp_probe": "ESP: judge a push's cost by a header-only probe the server answers at once (on), or "
+                 "by past push round trips and the last reply's queue (off: an ablation)",
+    "esp_value": "ESP: weigh what the worker has to say, |unsent delta| in the server's per-step update "
+                 "norms (on), or not (off: an ablation)",
+    "esp_efficiency": "ESP: skip pushes that are not worth it now (on), or push whenever nothing is in "
+                      "flight (off: the ablation without the efficiency test; the max-skip bound stays)",
+    "esp_value_low": "ESP: skip when the unsent delta is below this many typical steps' worth",
+    "esp_value_high": "ESP: push even when dear once the unsent delta reaches this many typical steps' worth",
     "psp_k_max": "PSP: most local steps a worker is planned per round, and most it trains while waiting",
     "psp_aggregate": "PSP: add the round's deltas as they are (sum) or each divided by its steps (normalized)",
     "psp_wait": "PSP: while a round closes fast workers keep training (train) or idle (idle: the "
@@ -273,6 +294,8 @@ def build_parser(prog: str = "python -m mpikanel.train", print_errors: bool = Tr
             p.add_argument(flag, choices=BUDGETS, help=helptext)
         elif f.name == "psp_wait":
             p.add_argument(flag, choices=PSP_WAITS, help=helptext)
+        elif f.name in ("esp_probe", "esp_value", "esp_efficiency"):
+            p.add_argument(flag, choices=ON_OFF, help=helptext)
         elif f.name == "model":
             from .kernels import KERNELS  # registry at parse time: user models registered before count
             p.add_argument(flag, choices=tuple(KERNELS), help=helptext)

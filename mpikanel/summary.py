@@ -69,6 +69,9 @@ def evaluate(s: Any, params: np.ndarray, initial: np.ndarray, losses: list[tuple
         "server_busy_s": server_stats.busy_s,
         "server_service_s": float(getattr(server_stats, "service_s", 0.0)),
         "clock_spread_max": int(getattr(server_stats, "clock_spread_max", 0)),
+        # ESP probes the server answered, and the server seconds that cost (all probes)
+        "server_probes": int(getattr(server_stats, "probes", 0)),
+        "server_probe_s": float(getattr(server_stats, "probe_s", 0.0)),
         "per_worker": workers,
         "config": s.config.to_dict(),
         "versions": {"mpikanel": __version__, "python": platform.python_version(),

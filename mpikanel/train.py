@@ -280,7 +280,8 @@ def _serve(comm, s: Setup, params: np.ndarray, initial: np.ndarray, ckpt, stop: 
         if ckpt is not None:
             core.restore(ckpt.server, ckpt.server_arrays)
             core.worker_states = dict(enumerate(ckpt.workers))
-        stats = ParameterServer(comm, core, service).run()
+        probes = schedule_for(config, n_workers).uses_probes
+        stats = ParameterServer(comm, core, service, probes=probes).run()
     return stats, recorder, (written[-1] if written else None)
 
 
@@ -293,8 +294,11 @@ def _work(comm, s: Setup, params: np.ndarray, rank: int, state: dict | None, sto
     client.stop_requested = stop.requested
     rng = np.random.default_rng([config.seed, rank])
     injector = Injector(hetero_spec(config), rank, n_workers)
-    _, stats = run_worker(client, s.shard, params, s.plan, rng, rank, injector,
-                          schedule_for(config, n_workers), resume=state)
+    try:
+        _, stats = run_worker(client, s.shard, params, s.plan, rng, rank, injector,
+                              schedule_for(config, n_workers), resume=state)
+    finally:
+        client.close()
     return stats
 
 

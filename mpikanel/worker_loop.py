@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .engine.worker_core import (WAIT, BatchCursor, Compute, Exchanger, StepPlan,  # noqa: F401 - re-exported
+from .engine.worker_core import (PROBE_WAIT, WAIT, BatchCursor, Compute, Exchanger, StepPlan,  # noqa: F401 - re-exported
                                  WorkerStats, worker_core)
 from .hetero import Injector, sleep_for
 from .kernels import BoundModel
@@ -27,6 +27,8 @@ def run_worker(client: Exchanger, data: BoundModel, params: np.ndarray, plan: St
             return done.value
         if effect is WAIT:
             answer = client.wait()
+        elif effect is PROBE_WAIT:
+            answer = client.probe_wait()
         else:
             slow = injector.compute_delay(effect.cpu_s)
             sleep_for(slow)

@@ -132,6 +132,10 @@ def test_contention_is_flagged_only_in_the_homogeneous_scenario():
 def test_model_recipes():
     assert bench.model_run("psp-zipline", 5).flags == ("--sync", "psp", "--psp-wait", "idle")
     assert bench.model_run("ssp", 5).flags == ("--sync", "ssp", "--staleness", "3")
+    for ablation, flag in (("esp-noeff", "--esp-efficiency"), ("esp-noprobe", "--esp-probe"),
+                           ("esp-novalue", "--esp-value")):
+        assert bench._model_spec(ablation) == ablation
+        assert bench.model_run(ablation, 5).flags == ("--sync", "esp", flag, "off")
     ls = bench.model_run("localsgd-16", 5)
     assert ls.module == "mpikanel.baselines.local_sgd" and ls.flags == ("--local-steps", "16") and ls.lr_scale == 5
     for bad in ("localsgd-0", "localsgd-x", "nope", "asp:3"):

@@ -53,6 +53,17 @@ def test_esp_skips_on_the_slow_link_only(tmp_path):
         assert w["rtt_p95_s"] >= w["rtt_mean_s"] * 0.5 > 0
 
 
+def test_esp_round_trips_see_the_link_and_every_merge_is_counted(tmp_path):
+    proc, s = run_train(4, "--sync", "esp", "--link-delay", "1:0.05", *HEAVY, tmp_path=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    by_rank = {w["rank"]: w for w in s["per_worker"]}
+    assert by_rank[1]["rtt_mean_s"] >= 0.05            # the measure includes the injected 50 ms link
+    for w in s["per_worker"]:
+        # each reply was either taken at the end of the step it landed in or blocked for
+        assert w["merges_after_step"] + w["merges_blocked"] == w["exchanges_completed"] == w["pushes"]
+        assert w["merge_lag_s"] >= 0
+
+
 def test_esp_skip_bound_holds(tmp_path):
     # tiny steps, slow exchanges: ESP skips all it may, then forces a sync
     proc, s = run_train(3, "--sync", "esp", "--esp-max-skip", "3", "--link-delay", "*:0.01", *SMALL,

@@ -46,6 +46,18 @@ def test_prepare_environment_warns_once_when_mpi_is_already_loaded(monkeypatch):
     assert "I_MPI_WAIT_MODE" not in os.environ and os.environ["OMP_NUM_THREADS"] == "1"
 
 
+def test_prepare_environment_leaves_numba_threads_alone_once_numba_is_loaded(monkeypatch):
+    # numba reads NUMBA_NUM_THREADS at import; a later change breaks its next compile once its
+    # thread pool is up, so an in-process simulator run must not set it
+    monkeypatch.delenv("NUMBA_NUM_THREADS", raising=False)
+    monkeypatch.setitem(sys.modules, "numba", object())
+    menv.prepare_environment()
+    assert "NUMBA_NUM_THREADS" not in os.environ
+    monkeypatch.delitem(sys.modules, "numba")
+    menv.prepare_environment()
+    assert os.environ["NUMBA_NUM_THREADS"] == "1"
+
+
 def test_launcher_defaults_allow_root_only_for_root():
     root, user = menv.launcher_defaults(euid=0), menv.launcher_defaults(euid=1000)
     assert root["OMPI_ALLOW_RUN_AS_ROOT"] == root["OMPI_ALLOW_RUN_AS_ROOT_CONFIRM"] == "1"

@@ -7,6 +7,8 @@ from mpikanel.sync import Action, EspSchedule, PspSchedule, Schedule, WorkerStat
 def drive(schedule, step_s, rtt_s, steps=200, busy=0, rtt_alpha=0.3):
     """Simulate a worker: every push completes after rtt_s (polled at step ends); returns decisions."""
     st = WorkerState()
+    schedule.setup(st, 1, 0)
+    st.max_skip = getattr(schedule, "max_skip", 0)     # no per-worker jitter here: the bound itself
     t = 0.0
     reply_at = None
     decisions, max_consecutive, run = [], 0, 0
@@ -65,10 +67,74 @@ def test_esp_skips_when_server_busy():
 
 
 def test_esp_waits_for_an_exchange_stuck_in_flight():
-    st = WorkerState(pending=True, steps_while_pending=8)
+    st = WorkerState(pending=True, steps_while_pending=8, max_skip=8)
     assert EspSchedule(max_skip=8).decide(st) == Action.WAIT
     st.steps_while_pending = 3
     assert EspSchedule(max_skip=8).decide(st) == Action.CONTINUE
+
+
+def test_esp_jitters_max_skip_per_worker_within_the_bound():
+    bounds = []
+    for rank in range(1, 65):
+        st = WorkerState()
+        EspSchedule(max_skip=8).setup(st, rank, seed=3)
+        bounds.append(st.max_skip)
+    assert set(bounds) <= set(range(4, 9)) and len(set(bounds)) >= 4     # spread over [8 - 8 // 2, 8]
+    again = WorkerState()
+    EspSchedule(max_skip=8).setup(again, 5, seed=3)
+    assert again.max_skip == bounds[4]                                   # seeded: same worker, same bound
+    for max_skip in (0, 1):
+        st = WorkerState()
+        EspSchedule(max_skip=max_skip).setup(st, 2, seed=0)
+        assert st.max_skip == max_skip
+
+
+def _esp_state(**kw) -> WorkerState:
+    st = WorkerState(max_skip=8, unsent_steps=2, unsent_compute_s=0.010, rtt_ewma=0.002)
+    for k, v in kw.items():
+        setattr(st, k, v)
+    return st
+
+
+def test_esp_probe_cost_counts_the_queue_the_service_time_and_the_payload():
+    sch = EspSchedule(rho=1.0, max_skip=8, busy_max=4)
+    # probe 1 ms + 3 queued x 2 ms + payload 2 ms = 9 ms <= 10 ms of compute: push
+    st = _esp_state(probe_rtt_s=0.001, probe_queued=3, probe_service_s=0.002, payload_s=0.002)
+    assert sch.cost(st) == pytest.approx(0.009)
+    assert sch.decide(st) == Action.PUSH
+    st.payload_s = 0.004                                     # 11 ms > 10 ms: skip for cost
+    assert sch.decide(st) == Action.CONTINUE and st.skip_reason == "cost"
+    # a probe still unanswered after 30 ms of compute: the server is at least that far away
+    st = _esp_state(probe_rtt_s=0.001, probing=True, probe_out_s=0.030)
+    assert sch.decide(st) == Action.CONTINUE and st.skip_reason == "cost"
+    # more queued than busy_max: skip for congestion, whatever the cost
+    st = _esp_state(probe_rtt_s=0.0001, probe_queued=5)
+    assert sch.decide(st) == Action.CONTINUE and st.skip_reason == "busy"
+    # without probes (ablation) the past push round trips and the last reply's queue decide
+    off = EspSchedule(rho=1.0, max_skip=8, busy_max=4, probe=False)
+    assert off.cost(st) == 0.002 and off.decide(st) == Action.PUSH
+    assert not off.uses_probes and sch.uses_probes
+
+
+def test_esp_value_pushes_a_far_drifted_delta_and_skips_a_tiny_one():
+    sch = EspSchedule(rho=1.0, max_skip=8, value_low=0.25, value_high=4.0)
+    dear = _esp_state(rtt_ewma=1.0, update_norm=1.0)         # a push costs 100x the compute it carries
+    dear.unsent_norm = 5.0                                   # 5 typical steps' worth: push anyway
+    assert sch.decide(dear) == Action.PUSH
+    cheap = _esp_state(rtt_ewma=1e-6, update_norm=1.0, unsent_norm=0.1)
+    assert sch.decide(cheap) == Action.CONTINUE and cheap.skip_reason == "value"
+    cheap.unsent_norm = 1.0
+    assert sch.decide(cheap) == Action.PUSH
+    novalue = EspSchedule(rho=1.0, max_skip=8, value=False)
+    assert novalue.decide(_esp_state(rtt_ewma=1.0, update_norm=1.0, unsent_norm=5.0)) == Action.CONTINUE
+    assert sch.needs_norm and not novalue.needs_norm
+
+
+def test_esp_without_the_efficiency_test_pushes_whenever_nothing_is_in_flight():
+    sch = EspSchedule(rho=1.0, max_skip=3, efficiency=False)
+    assert sch.decide(_esp_state(rtt_ewma=10.0, max_skip=3)) == Action.PUSH
+    assert sch.decide(_esp_state(skips=3, max_skip=3)) == Action.PUSH_AND_WAIT    # the bound stays
+    assert not sch.uses_probes and not sch.needs_norm
 
 
 def test_psp_runs_the_planned_steps_then_pushes_and_trains_while_waiting():

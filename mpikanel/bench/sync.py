@@ -21,7 +21,9 @@ Protocol, per scenario (all runs at ``--ranks`` ranks, default 5, the same for e
    run counts as infinitely late, and a time cell where some seeds never held says "k/n held".
 
 Models: the sync models (``bsp asp ssp:3 esp psp``), ``psp-zipline`` (``--sync psp --psp-wait
-idle``: the same PSP plan, fast workers idle while a round closes), ``allreduce``
+idle``: the same PSP plan, fast workers idle while a round closes), the ESP ablations
+``esp-noeff`` (no efficiency test: push whenever nothing is in flight), ``esp-noprobe`` (cost
+from past push round trips and the last reply's queue) and ``esp-novalue`` (no value term), ``allreduce``
 (:mod:`mpikanel.baselines.allreduce_sgd`: sum of the deltas every step) and ``localsgd-H``
 (:mod:`mpikanel.baselines.local_sgd`: H local steps, then the average; H = 1, 4, 16). The
 baselines have no server, so all R ranks train against the parameter server's R-1 workers.
@@ -83,6 +85,11 @@ DEFAULT_LRS = (0.1, 0.2, 0.5, 1.0)
 DEFAULT_MODELS = ("bsp", "asp", "ssp:3", "esp", "psp", "psp-zipline", "allreduce",
                   "localsgd-1", "localsgd-4", "localsgd-16")
 BASELINE_MODULES = {"allreduce": "mpikanel.baselines.allreduce_sgd", "localsgd": "mpikanel.baselines.local_sgd"}
+#: named ablations of a sync model: the same model with one mechanism switched off
+ABLATIONS = {"psp-zipline": ("--sync", "psp", "--psp-wait", "idle"),
+             "esp-noeff": ("--sync", "esp", "--esp-efficiency", "off"),
+             "esp-noprobe": ("--sync", "esp", "--esp-probe", "off"),
+             "esp-novalue": ("--sync", "esp", "--esp-value", "off")}
 #: what the ':ARG' of a model spec sets: ssp:3 (staleness), esp:inverse, psp:normalized
 MODEL_ARG = {"ssp": "--staleness", "esp": "--esp-scale", "psp": "--psp-aggregate"}
 TARGET_FACTOR = 1.03
@@ -104,10 +111,10 @@ class ModelRun:
 
 
 def model_run(model: str, ranks: int) -> ModelRun:
-    """The launch recipe of a bench model name (sync[:ARG], psp-zipline, allreduce, localsgd-H)."""
+    """The launch recipe of a bench model name (sync[:ARG], an ablation, allreduce, localsgd-H)."""
     name, _, arg = model.partition(":")
-    if model == "psp-zipline":
-        return ModelRun("mpikanel.train", ("--sync", "psp", "--psp-wait", "idle"))
+    if model in ABLATIONS:
+        return ModelRun("mpikanel.train", ABLATIONS[model])
     if model == "allreduce":
         return ModelRun(BASELINE_MODULES["allreduce"], ())
     if name.startswith("localsgd-"):
@@ -123,10 +130,11 @@ def _model_spec(text: str) -> str:
     steps = name.split("-", 1)[1] if name.startswith("localsgd-") else None
     if steps is not None and not (steps.isdigit() and int(steps) >= 1):
         raise argparse.ArgumentTypeError(f"localsgd-H needs an integer H >= 1, got {text!r}")
-    known = name in SYNC_MODELS or text in ("psp-zipline", "allreduce") or steps is not None
+    known = name in SYNC_MODELS or text in ABLATIONS or text == "allreduce" or steps is not None
     if not known:
         raise argparse.ArgumentTypeError(f"unknown model {text!r}; choose from {', '.join(SYNC_MODELS)} "
-                                         "(ssp:S, esp:inverse, psp:normalized), psp-zipline, allreduce, localsgd-H")
+                                         f"(ssp:S, esp:inverse, psp:normalized), {', '.join(ABLATIONS)}, "
+                                         "allreduce, localsgd-H")
     if arg and name not in MODEL_ARG:
         raise argparse.ArgumentTypeError(f"only ssp:S, esp:SCALE and psp:AGGREGATE take a parameter, got {text!r}")
     return text

@@ -72,6 +72,10 @@ def prepare_environment() -> dict[str, str]:
             if key not in os.environ:
                 late.append(f"{key}={value}")
             continue
+        if key == "NUMBA_NUM_THREADS" and "numba" in sys.modules:
+            # numba read it at import; changing it now makes its next compile fail once its
+            # thread pool is up ("Cannot set NUMBA_NUM_THREADS to a different value")
+            continue
         os.environ.setdefault(key, value)
     if late:
         warnings.warn(f"mpi4py.MPI was imported before mpikanel: {', '.join(late)} cannot take effect; set "

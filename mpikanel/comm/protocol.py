@@ -22,6 +22,8 @@ class Tag(IntEnum):
     PUSH = 11    # worker -> server: header + delta
     REPLY = 12   # server -> worker: header + fresh parameters
     STATE = 13   # worker -> server: pickled resumable state (checkpoints, end of run; rare)
+    PROBE = 14        # worker -> server: header-only "what would a push cost now?" (ESP)
+    PROBE_REPLY = 15  # server -> worker: header-only answer, sent at once (even while holding)
 
 
 class H(IntEnum):
@@ -32,7 +34,8 @@ class H(IntEnum):
     FLAGS = 2      # Flag bits
     VERSION = 3    # reply: server version (pushes applied so far); push: version of the base
     PLAN = 4       # reply: local steps the worker should run before its next push
-    BUSY = 5       # reply: pushes queued at the server when it answered (congestion hint)
+    BUSY = 5       # reply: other pushes that arrived with this one (congestion hint, not policy holds);
+                   # probe answer: pushes arrived and not yet handled when the probe was answered
     SAMPLES = 6    # push: training samples folded into this delta (counted against the budget)
     LEASE = 7      # reply: samples the worker may process beyond the push this reply answers
 
@@ -43,7 +46,9 @@ class M(IntEnum):
     STEP_S = 0      # push: mean compute seconds per step since the last push
     HELD_S = 1      # reply: seconds the server held this push before answering
     RTT_S = 2       # push: worker's last measured exchange round-trip
-    RESERVED3 = 3
+    UPDATE_NORM = 3  # reply, probe answer: recent norm of one applied delta (EWMA)
+    SERVICE_S = 4    # probe answer: recent server seconds per push handled (EWMA)
+    RECV_BPS = 5     # probe answer: bytes per second the server has been receiving (recent)
 
 
 class Flag(IntEnum):

@@ -3,7 +3,9 @@
 Every decision lives in :class:`mpikanel.engine.server_core.ServerCore`; this loop only waits
 for frames (``Waitsome`` over one persistent receive per worker, which blocks inside MPI so an
 idle server yields the CPU under MPICH heavy-yield), decodes them, and ``Isend``s the core's
-answers from one preallocated frame per worker, re-arming the receives.
+answers from one preallocated frame per worker, re-arming the receives. With ``probes`` (ESP)
+it also keeps one persistent receive per worker for header-only PROBE frames and answers each
+at once, before the pushes that arrived with it (so a probe also sees them queued).
 """
 from __future__ import annotations
 
@@ -13,7 +15,7 @@ from mpi4py import MPI
 
 from ..engine.server_core import Answer, Push, ServerCore, ServerStats
 from ..hetero import ServerDelay, sleep_for
-from .protocol import Flag, Frame, H, M, Tag
+from .protocol import Flag, Frame, H, M, Tag, frame_nbytes
 
 __all__ = ["ParameterServer", "ServerStats"]
 
@@ -21,7 +23,8 @@ __all__ = ["ParameterServer", "ServerStats"]
 class ParameterServer:
     """The MPI transport of a ServerCore: ranks 1..N are workers 0..N-1."""
 
-    def __init__(self, comm: MPI.Comm, core: ServerCore, service: ServerDelay | None = None) -> None:
+    def __init__(self, comm: MPI.Comm, core: ServerCore, service: ServerDelay | None = None,
+                 probes: bool = False) -> None:
         self.comm = comm
         self.core = core
         self.service = service
@@ -31,6 +34,13 @@ class ParameterServer:
         self._recv = [comm.Recv_init([f.buf, MPI.BYTE], source=w + 1, tag=Tag.PUSH)
                       for w, f in enumerate(self._inbox)]
         self._send: list[MPI.Request] = [MPI.REQUEST_NULL] * nw
+        self._probe_in = [Frame.allocate(0) for _ in range(nw)] if probes else []
+        self._probe_out = [Frame.allocate(0) for _ in range(nw)] if probes else []
+        self._probe_recv = [comm.Recv_init([f.buf, MPI.BYTE], source=w + 1, tag=Tag.PROBE)
+                            for w, f in enumerate(self._probe_in)]
+        self._probe_send: list[MPI.Request] = [MPI.REQUEST_NULL] * len(self._probe_recv)
+        self._nbytes = frame_nbytes(n)
+        self._listening = 0             # push receives posted and not yet completed
         self._t_start = 0.0
 
     def run(self) -> ServerStats:
@@ -45,12 +55,21 @@ class ParameterServer:
             if done is None:
                 raise RuntimeError("server: no worker can push and none was released "
                                    f"(policy {core.policy.describe()} stalled)")
-            for w in sorted(done):
+            nw = core.n_workers
+            pushes = sorted(i for i in done if i < nw)
+            for i in done:
+                if i >= nw:
+                    self._answer_probe(i - nw, len(pushes))
+            self._listening -= len(pushes)
+            for w in pushes:
+                t_push = time.perf_counter()
                 core.on_push(self._decode(w), self._now())
+                core.observe_service(time.perf_counter() - t_push, self._nbytes, self._now())
             for answer in core.release(self._now()):
                 self._reply(answer)
                 if core.keeps_serving(answer.w):
                     self._recv[answer.w].Start()
+                    self._listening += 1
             for w in core.collect:
                 core.worker_states[w] = self.comm.recv(source=w + 1, tag=Tag.STATE)
             core.cut_done(self._now())
@@ -58,6 +77,11 @@ class ParameterServer:
         MPI.Request.Waitall(self._send)
         for req in self._recv:          # all inactive now: every worker's last push was answered
             req.Free()
+        for req in self._probe_recv:    # still posted: no worker probes after its last push
+            req.Cancel()
+            req.Wait()
+            req.Free()
+        MPI.Request.Waitall(self._probe_send)
         return core.finish(self._now())
 
     def _arm(self) -> None:
@@ -65,10 +89,29 @@ class ParameterServer:
         for w in range(self.core.n_workers):
             if self.core.book.active[w]:
                 self._recv[w].Start()
+                self._listening += 1
+                if self._probe_recv:
+                    self._probe_recv[w].Start()
 
     def _next(self) -> list[int] | None:
-        """Workers whose push has arrived (blocks inside MPI); None when nothing can arrive."""
-        return MPI.Request.Waitsome(self._recv)
+        """Indices of what arrived (blocks inside MPI): w for worker w's push, n_workers + w for
+        its probe; None when nothing can arrive."""
+        if not self._probe_recv:
+            return MPI.Request.Waitsome(self._recv)
+        # probes alone never end a stall: with no push receive posted nothing can move
+        return MPI.Request.Waitsome(self._recv + self._probe_recv) if self._listening else None
+
+    def _answer_probe(self, w: int, queued: int) -> None:
+        """Answer worker w's probe at once with what a push would meet now, and listen again."""
+        t0 = time.perf_counter()
+        self._probe_send[w].Wait()
+        p = self.core.probe(w, queued)
+        out = self._probe_out[w]
+        out.header[H.VERSION], out.header[H.BUSY] = p.version, p.queued
+        out.meta[M.SERVICE_S], out.meta[M.RECV_BPS], out.meta[M.UPDATE_NORM] = p.service_s, p.recv_bps, p.update_norm
+        self._probe_send[w] = self.comm.Isend([out.buf, MPI.BYTE], dest=w + 1, tag=Tag.PROBE_REPLY)
+        self._probe_recv[w].Start()
+        self.core.stats.probe_s += time.perf_counter() - t0
 
     def _now(self) -> float:
         return time.perf_counter() - self._t_start
@@ -92,5 +135,6 @@ class ParameterServer:
         h[H.CLOCK], h[H.VERSION], h[H.PLAN], h[H.BUSY] = a.clock, a.version, a.plan, a.busy
         h[H.LEASE], h[H.FLAGS] = a.lease, a.flags
         out.meta[M.HELD_S] = a.held_s
+        out.meta[M.UPDATE_NORM] = a.update_norm
         out.payload[:] = self.core.params
         self._send[a.w] = self.comm.Isend([out.buf, MPI.BYTE], dest=a.w + 1, tag=Tag.REPLY)

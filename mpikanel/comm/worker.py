@@ -1,35 +1,113 @@
 """Worker side of the push/pull exchange with the parameter server (rank 0)."""
 from __future__ import annotations
 
+import threading
 import time
 
 import numpy as np
 from mpi4py import MPI
 
-from ..engine.worker_core import Reply
+from ..engine.worker_core import ProbeAnswer, Reply
 from .protocol import Flag, Frame, H, M, Tag
 
 SERVER = 0
 
 
+class _Flight:
+    """One request/answer pair with the server: its requests, a deferred send, when it landed."""
+
+    def __init__(self, comm: MPI.Comm, n_params: int, send_tag: Tag, recv_tag: Tag) -> None:
+        self.comm, self.send_tag, self.recv_tag = comm, send_tag, recv_tag
+        self.out = Frame.allocate(n_params)
+        self.inp = Frame.allocate(n_params)
+        self.reqs: list[MPI.Request] = []
+        self.t_sent = 0.0
+        self.send_at: float | None = None   # deferred Isend (injected link delay)
+        self.landed: float | None = None    # perf_counter() when its answer was seen complete
+        self.driven = False                 # the progress thread drives it
+        self.delayed_s = 0.0
+
+    def post(self, delay_s: float) -> None:
+        """Irecv the answer, Isend the request now or after ``delay_s`` (caller holds MPI)."""
+        self.landed, self.driven = None, False
+        self.t_sent = time.perf_counter()
+        self.reqs = [self.comm.Irecv([self.inp.buf, MPI.BYTE], source=SERVER, tag=self.recv_tag)]
+        self.send_at = self.t_sent + delay_s if delay_s > 0 else None
+        if self.send_at is None:
+            self._send()
+
+    def _send(self) -> None:
+        self.send_at = None
+        self.reqs.append(self.comm.Isend([self.out.buf, MPI.BYTE], dest=SERVER, tag=self.send_tag))
+
+    def poll(self) -> bool:
+        """Send a due deferred request, then test; True once landed (caller holds MPI)."""
+        if self.landed is None:
+            if self.send_at is not None:
+                if time.perf_counter() < self.send_at:
+                    return False
+                self._send()
+            if MPI.Request.Testall(self.reqs):
+                self.landed = time.perf_counter()
+        return self.landed is not None
+
+    def block(self) -> float:
+        """Wait inside MPI until landed (sleeping out a deferred send first); returns seconds blocked."""
+        t0 = time.perf_counter()
+        self.delayed_s = 0.0
+        if self.landed is None:
+            if self.send_at is not None:
+                self.delayed_s = max(0.0, self.send_at - t0)
+                time.sleep(self.delayed_s)
+                self._send()
+            MPI.Request.Waitall(self.reqs)
+            self.landed = time.perf_counter()
+            return self.landed - t0
+        return 0.0
+
+    def close(self) -> None:
+        """The answer was taken: nothing in flight."""
+        self.reqs, self.driven = [], False
+
+
 class WorkerClient:
     """Preallocated frames and requests for one worker's exchanges with the server.
 
-    ``start`` posts Isend(delta) + Irecv(reply); ``test`` polls (and drives MPI progress);
+    ``start`` posts Isend(delta) + Irecv(reply); ``test`` returns the reply once it is here;
     ``wait`` blocks inside MPI (yielding the CPU). ``exchange`` is start + wait. An injected
-    link delay defers the Isend without blocking: the message leaves at the first test() or
-    wait() after the delay has passed, like a slow link would deliver it.
+    link delay defers the Isend without blocking, like a slow link would deliver it.
+    ``probe_start``/``probe_test``/``probe_wait`` do the same with a header-only PROBE, which
+    the server answers at once with its queue, service time, version and update norm (ESP).
+
+    With ``progress`` (the default where MPI provides at least THREAD_SERIALIZED) a progress
+    thread drives what the worker left in flight while it computes (the numba kernels release
+    the GIL): it sends a deferred message when its delay is over and tests the requests with a
+    backoff of about a tenth of the time waited so far (100 us to 2 ms, sleeping in between: no
+    spinning), so a round trip is timed when the answer lands, not at the next step boundary.
+    Only one thread is ever inside MPI: every MPI call is made under one lock, and a flight the
+    worker blocks on is taken back from the thread (the worker then waits inside MPI itself).
     """
 
-    def __init__(self, comm: MPI.Comm, n_params: int) -> None:
+    POLL_MIN_S = 1e-4
+    POLL_MAX_S = 2e-3
+
+    def __init__(self, comm: MPI.Comm, n_params: int, progress: bool | None = None) -> None:
         self.comm = comm
-        self.out = Frame.allocate(n_params)
-        self.inp = Frame.allocate(n_params)
-        self._reqs: list[MPI.Request] = []
-        self._t_sent = 0.0
-        self._send_at: float | None = None   # deferred Isend (injected link delay)
+        self._ex = _Flight(comm, n_params, Tag.PUSH, Tag.REPLY)
+        self._pr = _Flight(comm, 0, Tag.PROBE, Tag.PROBE_REPLY)
+        self.out, self.inp = self._ex.out, self._ex.inp
         self._last = False
         self.stop_requested = lambda: False  # set by the entry point: a signal asked to stop
+        if progress is None:
+            progress = MPI.Query_thread() >= MPI.THREAD_SERIALIZED
+        self.progress = progress
+        self._lock = threading.Lock()        # held by whichever thread is inside MPI
+        self._armed = threading.Event()      # something for the progress thread to drive
+        self._closing = False
+        self._thread: threading.Thread | None = None
+        if progress:
+            self._thread = threading.Thread(target=self._drive, name="mpikanel-progress", daemon=True)
+            self._thread.start()
 
     @property
     def delta(self) -> np.ndarray:
@@ -39,12 +117,66 @@ class WorkerClient:
     @property
     def pending(self) -> bool:
         """True while an exchange is in flight."""
-        return bool(self._reqs)
+        return bool(self._ex.reqs)
+
+    # --- the progress thread ------------------------------------------------------------------
+
+    def _launch(self, flight: _Flight, delay_s: float, background: bool) -> None:
+        with self._lock:
+            flight.post(delay_s)
+            flight.driven = background and self._thread is not None
+        if flight.driven:
+            self._armed.set()
+
+    def _drive(self) -> None:
+        """Progress thread: drive the flights left to it until they land or are taken back."""
+        while True:
+            self._armed.wait()
+            self._armed.clear()
+            if self._closing:
+                return
+            while True:
+                with self._lock:
+                    flights = [f for f in (self._ex, self._pr) if f.driven and not f.poll()]
+                    oldest = min((f.t_sent for f in flights), default=0.0)
+                    due = [f.send_at for f in flights if f.send_at is not None]
+                if not flights or self._closing:
+                    break
+                now = time.perf_counter()
+                pause = min(self.POLL_MAX_S, max(self.POLL_MIN_S, 0.1 * (now - oldest)))
+                if due:
+                    pause = min(pause, max(0.0, min(due) - now))
+                time.sleep(pause)
+
+    def _take(self, flight: _Flight, block: bool) -> tuple[float, float] | None:
+        """(landed, blocked_s) of a flight, blocking for it if asked; None if not landed yet."""
+        with self._lock:
+            if not block:
+                return (flight.landed, 0.0) if flight.poll() else None
+            # blocking under the lock keeps the thread out of MPI; it has nothing else to drive
+            # meanwhile (the worker never leaves a probe in flight over a push, or the reverse)
+            flight.driven = False
+            blocked = flight.block()
+        return flight.landed, blocked
+
+    def close(self) -> None:
+        """Stop the progress thread (it leaves MPI alone from here on, even mid-exchange)."""
+        if self._thread is not None:
+            with self._lock:
+                self._closing = True
+                self._ex.driven = self._pr.driven = False
+            self._armed.set()
+            self._thread.join(timeout=5.0)
+            self._thread = None
+
+    # --- pushes ---------------------------------------------------------------------------------
 
     def start(self, clock: int, steps: int, step_s: float, last: bool, has_delta: bool = True,
-              base_version: int = 0, rtt_s: float = 0.0, delay_s: float = 0.0, samples: int = 0) -> None:
-        """Send the delta in ``self.delta`` (after ``delay_s``) and post the receive for the reply."""
-        if self._reqs:
+              base_version: int = 0, rtt_s: float = 0.0, delay_s: float = 0.0, samples: int = 0,
+              background: bool = False) -> None:
+        """Send the delta in ``self.delta`` (after ``delay_s``) and post the receive for the reply;
+        ``background``: the worker computes on meanwhile, so the progress thread drives it."""
+        if self._ex.reqs:
             raise RuntimeError("exchange already in flight")
         h = self.out.header
         h[H.CLOCK] = clock
@@ -56,51 +188,71 @@ class WorkerClient:
         self._last = last
         self.out.meta[M.STEP_S] = step_s
         self.out.meta[M.RTT_S] = rtt_s
-        self._t_sent = time.perf_counter()
-        self._reqs = [self.comm.Irecv([self.inp.buf, MPI.BYTE], source=SERVER, tag=Tag.REPLY)]
-        self._send_at = self._t_sent + delay_s if delay_s > 0 else None
-        if self._send_at is None:
-            self._send()
-
-    def _send(self) -> None:
-        self._send_at = None
-        self._reqs.append(self.comm.Isend([self.out.buf, MPI.BYTE], dest=SERVER, tag=Tag.PUSH))
+        self._launch(self._ex, delay_s, background)
 
     def test(self) -> Reply | None:
         """The reply if the exchange has completed, else None (non-blocking)."""
-        if self._send_at is not None:
-            if time.perf_counter() < self._send_at:
-                return None
-            self._send()
-        if MPI.Request.Testall(self._reqs):
-            return self._finish(0.0, 0.0)
-        return None
+        if not self._ex.reqs:
+            return None
+        got = self._take(self._ex, block=False)
+        return None if got is None else self._reply(*got)
 
     def wait(self) -> Reply:
         """Block (inside MPI, yielding the CPU) until the reply is here."""
-        t0 = time.perf_counter()
-        delayed = 0.0
-        if self._send_at is not None:
-            delayed = max(0.0, self._send_at - t0)
-            time.sleep(delayed)
-            self._send()
-        MPI.Request.Waitall(self._reqs)
-        return self._finish(time.perf_counter() - t0, delayed)
+        landed, blocked = self._take(self._ex, block=True)
+        return self._reply(landed, blocked)
 
     def exchange(self, clock: int, steps: int, step_s: float, last: bool) -> Reply:
         """Blocking push of ``self.delta`` and pull of fresh parameters."""
         self.start(clock, steps, step_s, last)
         return self.wait()
 
-    def _finish(self, blocked_s: float, delayed_s: float) -> Reply:
-        rtt = time.perf_counter() - self._t_sent
-        self._reqs = []
-        h = self.inp.header
+    def _reply(self, landed: float, blocked_s: float) -> Reply:
+        f = self._ex
+        delayed = f.delayed_s if blocked_s > 0 else 0.0
+        f.delayed_s = 0.0
+        f.close()
+        h, meta = self.inp.header, self.inp.meta
         return Reply(self.inp.payload, int(h[H.VERSION]), int(h[H.PLAN]), int(h[H.BUSY]),
-                     float(self.inp.meta[M.HELD_S]), rtt, blocked_s, delayed_s,
+                     float(meta[M.HELD_S]), landed - f.t_sent, blocked_s, delayed,
+                     landed_ago_s=time.perf_counter() - landed, update_norm=float(meta[M.UPDATE_NORM]),
                      lease=int(h[H.LEASE]), finish=self.inp.has(Flag.FINISH), last=self._last,
                      checkpoint=self.inp.has(Flag.CHECKPOINT), stop=self.inp.has(Flag.STOP))
 
+    # --- probes ---------------------------------------------------------------------------------
+
+    @property
+    def probing(self) -> bool:
+        """True while a probe is in flight."""
+        return bool(self._pr.reqs)
+
+    def probe_start(self, delay_s: float = 0.0) -> None:
+        """Send a PROBE (after ``delay_s``, the link's delay) and keep computing."""
+        if self._pr.reqs:
+            raise RuntimeError("probe already in flight")
+        self._launch(self._pr, delay_s, background=True)
+
+    def probe_test(self) -> ProbeAnswer | None:
+        """The probe's answer if it has landed, else None (non-blocking)."""
+        if not self._pr.reqs:
+            return None
+        got = self._take(self._pr, block=False)
+        return None if got is None else self._probe_answer(got[0])
+
+    def probe_wait(self) -> ProbeAnswer:
+        """Block until the probe's answer is here (before a push: one flight at a time)."""
+        landed, _ = self._take(self._pr, block=True)
+        return self._probe_answer(landed)
+
+    def _probe_answer(self, landed: float) -> ProbeAnswer:
+        f = self._pr
+        f.close()
+        h, meta = f.inp.header, f.inp.meta
+        return ProbeAnswer(rtt_s=landed - f.t_sent, version=int(h[H.VERSION]), queued=int(h[H.BUSY]),
+                           service_s=float(meta[M.SERVICE_S]), recv_bps=float(meta[M.RECV_BPS]),
+                           update_norm=float(meta[M.UPDATE_NORM]))
+
     def send_state(self, state: dict) -> None:
         """Send this worker's resumable state to the server (pickled: checkpoints and run end only)."""
-        self.comm.send(state, dest=SERVER, tag=Tag.STATE)
+        with self._lock:
+            self.comm.send(state, dest=SERVER, tag=Tag.STATE)

@@ -45,6 +45,19 @@ class Answer:
     lease: int
     flags: int
     held_s: float
+    update_norm: float = 0.0
+
+
+@dataclass
+class ProbeReply:
+    """What the server answers a probe with, at once: how dear a push would be now."""
+
+    w: int
+    version: int
+    queued: int          # pushes arrived and not yet handled
+    service_s: float     # recent server seconds per push handled (EWMA)
+    recv_bps: float      # bytes per second the server has been receiving (EWMA over pushes)
+    update_norm: float   # recent norm of one applied delta (EWMA)
 
 
 @dataclass
@@ -62,6 +75,8 @@ class ServerStats:
     samples: np.ndarray = field(default_factory=lambda: np.zeros(0))        # training samples pushed
     service_s: float = 0.0                # injected server service time (--server-delay)
     clock_spread_max: int = 0             # most pushes the fastest active worker was ahead of the slowest
+    probes: int = 0                       # probes answered (ESP)
+    probe_s: float = 0.0                  # server seconds spent answering probes
     unapplied: np.ndarray | None = None   # sum of (1 - scale) * delta: received but scaled away
     policy_report: dict | None = None     # the policy's own record (PSP rounds)
     stopped: bool = False                 # ended early after a stop checkpoint
@@ -73,6 +88,14 @@ class ServerStats:
         return cls(pushes=np.zeros(n, dtype=np.int64), held_s=np.zeros(n),
                    staleness_sum=np.zeros(n, dtype=np.int64), staleness_max=np.zeros(n, dtype=np.int64),
                    steps=np.zeros(n, dtype=np.int64), samples=np.zeros(n, dtype=np.int64))
+
+
+EWMA_ALPHA = 0.2
+
+
+def _ewma(old: float, x: float, n: int) -> float:
+    """Exponentially weighted mean; the first observation (n <= 1) starts it."""
+    return x if n <= 1 else EWMA_ALPHA * x + (1.0 - EWMA_ALPHA) * old
 
 
 class ServerCore:
@@ -105,6 +128,10 @@ class ServerCore:
         self._arrived_since_release = 0
         self._cut_pending = False                  # the answers just made are a checkpoint cut
         self._stop_now = False                     # ... after which the run stops
+        self.update_norm = 0.0                     # EWMA of the norm of one applied delta
+        self.service_s = 0.0                       # EWMA of the seconds spent handling one push
+        self.recv_bps = 0.0                        # EWMA of bytes per second received
+        self._last_arrival: float | None = None
 
     @property
     def done(self) -> bool:
@@ -153,6 +180,20 @@ class ServerCore:
         self.params += delta
         st.deltas_applied += 1
         self.book.version += 1
+        self.update_norm = _ewma(self.update_norm, float(np.linalg.norm(delta)), st.deltas_applied)
+
+    def observe_service(self, seconds: float, nbytes: int, now: float) -> None:
+        """The transport handled one push of `nbytes` bytes in `seconds`, ending at `now`."""
+        n = int(self.stats.pushes.sum())
+        self.service_s = _ewma(self.service_s, seconds, n)
+        if self._last_arrival is not None and now > self._last_arrival:
+            self.recv_bps = _ewma(self.recv_bps, nbytes / (now - self._last_arrival), n)
+        self._last_arrival = now
+
+    def probe(self, w: int, queued: int) -> ProbeReply:
+        """Answer worker w's probe at once (also while its pushes are held): the cost of a push now."""
+        self.stats.probes += 1
+        return ProbeReply(w, self.book.version, queued, self.service_s, self.recv_bps, self.update_norm)
 
     def release(self, now: float) -> list[Answer]:
         """Workers to answer now (rank order), with their reply headers; snapshots and progress too."""
@@ -190,7 +231,9 @@ class ServerCore:
         if not self.policy.apply_on_arrival:
             for w in released:          # rank order: bitwise reproducible sums
                 self._apply(w)
-        busy = book.n_waiting - len(released) + just_arrived - 1   # queue besides you
+        # congestion, not policy: the other pushes the server handled with yours (a push the sync
+        # policy holds is not a queue in front of the next one)
+        busy = max(0, just_arrived - 1)
         stop = checkpoint and self._stop_after_ckpt
         flags = (Flag.CHECKPOINT if checkpoint else 0) | (Flag.STOP if stop else 0)
         # with checkpoints on, a finishing worker's final state is kept for later checkpoints
@@ -215,7 +258,8 @@ class ServerCore:
                 flags |= Flag.FINISH
         held = now - float(book.arrived_at[w])
         self.stats.held_s[w] += held
-        return Answer(w, int(book.clock[w]), book.version, self.policy.plan(book, w), busy, lease, flags, held)
+        return Answer(w, int(book.clock[w]), book.version, self.policy.plan(book, w), busy, lease, flags, held,
+                      self.update_norm)
 
     def keeps_serving(self, w: int) -> bool:
         """Whether the transport should listen for worker w's next push after answering it."""

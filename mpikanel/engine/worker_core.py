@@ -8,7 +8,9 @@ pass it yields an effect to its driver and gets the result back:
   sleeps the injected slowdown and returns the measured wall time; the simulator returns
   its step-time model and advances its virtual clock;
 * ``WAIT`` -> the Reply of the exchange in flight: the MPI driver blocks inside MPI, the
-  simulator suspends the worker until the reply's arrival event.
+  simulator suspends the worker until the reply's arrival event;
+* ``PROBE_WAIT`` -> the ProbeAnswer of the probe in flight (ESP, before a push: at most one
+  message is ever in flight per worker).
 
 A Schedule (mpikanel.sync) decides at each step boundary whether to push, keep training,
 or wait; replies are merged so that steps taken while an exchange was in flight are kept:
@@ -24,12 +26,15 @@ from typing import Any, Generator, Protocol
 import numpy as np
 
 from ..budget import UNLIMITED
+from ..comm.protocol import PAYLOAD_OFFSET
 from ..errors import TrainingError
 from ..hetero import Injector
 from ..kernels import BoundModel
 from ..sync.schedule import Action, Schedule, WorkerState
 
 RTT_EWMA_ALPHA = 0.3
+#: bytes of a probe (header and meta, no payload): what an injected link delay is charged for it
+PROBE_BYTES = PAYLOAD_OFFSET
 
 
 @dataclass(frozen=True)
@@ -54,6 +59,8 @@ class Reply:
     rtt_s: float         # wall seconds from start() to the reply, injected link delay included
     blocked_s: float     # seconds this worker spent blocked in wait() for this exchange
     delayed_s: float     # of blocked_s, seconds spent sleeping out an injected link delay
+    landed_ago_s: float = 0.0  # seconds between the reply landing and the worker taking it
+    update_norm: float = 0.0   # the server's recent norm of one applied delta per local step
     lease: int = 0            # samples the worker may process beyond the push this answers
     finish: bool = False      # the work budget is spent: push unsent work as DONE and leave
     last: bool = False        # this reply answers the worker's DONE push
@@ -61,8 +68,22 @@ class Reply:
     stop: bool = False        # the server stops the run after this checkpoint
 
 
+@dataclass
+class ProbeAnswer:
+    """What the server answered to a probe: how dear a push would be now."""
+
+    rtt_s: float         # probe round trip (header-only frames), timed when the answer landed
+    version: int
+    queued: int          # pushes arrived at the server and not yet handled
+    service_s: float     # the server's recent seconds per push handled
+    recv_bps: float      # bytes per second the server has been receiving
+    update_norm: float   # recent norm of one applied delta per local step
+
+
 #: Effect: block until the exchange in flight completes; the driver answers its Reply
 WAIT = "wait"
+#: Effect: block until the probe in flight is answered; the driver answers its ProbeAnswer
+PROBE_WAIT = "probe-wait"
 
 Effect = Compute | str
 
@@ -74,11 +95,19 @@ class Exchanger(Protocol):
     def delta(self) -> np.ndarray: ...
 
     def start(self, clock: int, steps: int, step_s: float, last: bool, has_delta: bool = True,
-              base_version: int = 0, rtt_s: float = 0.0, delay_s: float = 0.0, samples: int = 0) -> None: ...
+              base_version: int = 0, rtt_s: float = 0.0, delay_s: float = 0.0, samples: int = 0,
+              background: bool = False) -> None: ...
 
     def test(self): ...
 
     def wait(self): ...
+
+    @property
+    def probing(self) -> bool: ...
+
+    def probe_start(self, delay_s: float = 0.0) -> None: ...
+
+    def probe_test(self): ...
 
     def send_state(self, state: dict) -> None: ...
 
@@ -103,19 +132,30 @@ class WorkerStats:
     forced_syncs: int = 0
     steps_while_pending: int = 0  # local steps taken while an exchange was in flight
     lease_waits: int = 0          # times the worker ran out of its budget lease and synced to renew it
+    merges_after_step: int = 0    # replies that landed while the worker computed: merged at that step's end
+    merges_blocked: int = 0       # replies the worker blocked for
+    merge_lag_s: float = 0.0      # seconds replies sat landed before the worker merged them (total)
+    probes: int = 0               # ESP probes sent
+    probe_rtt_mean_s: float = 0.0
+    skips_by_reason: dict = field(default_factory=dict)   # why each skip: cost, value, busy
+    max_skip: int = 0             # this worker's consecutive-skip bound (ESP jitters it per worker)
     rtt_mean_s: float = 0.0
     rtt_p95_s: float = 0.0
     produced: np.ndarray = field(default_factory=lambda: np.zeros(0), repr=False)
     rtts: list = field(default_factory=list, repr=False)
+    probe_rtts: list = field(default_factory=list, repr=False)
 
     def public(self) -> dict:
         """JSON-ready dict (without the delta sum vector and raw RTTs)."""
         if self.rtts:
             self.rtt_mean_s = float(np.mean(self.rtts))
             self.rtt_p95_s = float(np.percentile(self.rtts, 95))
+        if self.probe_rtts:
+            self.probe_rtt_mean_s = float(np.mean(self.probe_rtts))
         d = asdict(self)
         d.pop("produced")
         d.pop("rtts")
+        d.pop("probe_rtts")
         d["exchanges_started"] = self.pushes
         return d
 
@@ -205,8 +245,9 @@ class _Worker:
         self.allowance = UNLIMITED    # samples it may still process before the server renews its lease
         self.cursor: BatchCursor | None = None
 
-    def push(self, last: bool) -> None:
-        """Start an exchange carrying every unsent step (local - base)."""
+    def push(self, last: bool, background: bool = False) -> None:
+        """Start an exchange carrying every unsent step (local - base); ``background``: keep
+        training while it is in flight."""
         delta = self.client.delta
         np.subtract(self.local, self.base, out=delta)
         if not math.isfinite(float(delta.sum())):
@@ -219,14 +260,15 @@ class _Worker:
         self.stats.pushes += 1
         self.client.start(self.stats.pushes, st.unsent_steps, step_s, last,
                           base_version=self.base_version, rtt_s=st.rtt_ewma or 0.0,
-                          delay_s=self.injector.link_delay(8 * delta.size), samples=st.unsent_samples)
+                          delay_s=self.injector.link_delay(8 * delta.size), samples=st.unsent_samples,
+                          background=background)
         st.unsent_steps, st.unsent_compute_s, st.unsent_samples = 0, 0.0, 0
         st.pending, st.steps_while_pending, st.skips = True, 0, 0
 
     def capture(self, finished: bool) -> dict:
         """Resumable state for a checkpoint (sent to the server; pickled, rare)."""
         st = asdict(self.st)
-        st["pending"] = False
+        st["pending"] = st["probing"] = False
         stats = {k: v for k, v in asdict(self.stats).items() if k != "produced"}
         return {"state": {"rank": self.rank, "finished": finished, "cursor": self.cursor.state(),
                           "schedule": st, "base_version": self.base_version, "stats": stats,
@@ -266,9 +308,20 @@ class _Worker:
         self.finished = self.finished or reply.finish
         # the exchange's cost: its round trip minus the time the policy held it (held pushes do
         # not block a non-blocking worker; a slow link or a congested server does count)
-        st.observe_rtt(max(0.0, reply.rtt_s - reply.held_s), RTT_EWMA_ALPHA)
+        net = max(0.0, reply.rtt_s - reply.held_s)
+        st.observe_rtt(net, RTT_EWMA_ALPHA)
+        if st.probe_rtt_s is not None:       # what the payload adds to a probe's round trip
+            extra = max(0.0, net - st.probe_rtt_s)
+            st.payload_s = RTT_EWMA_ALPHA * extra + (1 - RTT_EWMA_ALPHA) * st.payload_s
+        if reply.update_norm > 0:
+            st.update_norm = reply.update_norm
         stats.rtts.append(reply.rtt_s)
         stats.exchanges_completed += 1
+        if reply.blocked_s > 0:
+            stats.merges_blocked += 1
+        else:
+            stats.merges_after_step += 1
+        stats.merge_lag_s += reply.landed_ago_s
         held = min(reply.held_s, reply.blocked_s - reply.delayed_s)
         stats.wait_s += max(0.0, held)
         stats.comm_s += max(0.0, reply.blocked_s - reply.delayed_s - max(0.0, held))
@@ -280,6 +333,39 @@ class _Worker:
     def wait(self) -> Generator[Effect, Any, None]:
         """Block until the pending exchange completes, then merge."""
         self.merge((yield WAIT))
+
+    def probe(self) -> None:
+        """Ask the server what a push would cost now, without waiting for the answer."""
+        self.client.probe_start(self.injector.link_delay(PROBE_BYTES))
+        self.st.probing, self.st.probe_out_s = True, 0.0
+        self.stats.probes += 1
+
+    def observe_probe(self, a: ProbeAnswer) -> None:
+        """Take a probe's answer into the schedule's state."""
+        st = self.st
+        st.probing, st.probe_out_s = False, 0.0
+        st.probe_rtt_s, st.probe_queued, st.probe_service_s = a.rtt_s, a.queued, a.service_s
+        if a.update_norm > 0:
+            st.update_norm = a.update_norm
+        self.stats.probe_rtts.append(a.rtt_s)
+
+    def poll_probe(self) -> None:
+        """Take the probe's answer if it has landed."""
+        if self.st.probing:
+            answer = self.client.probe_test()
+            if answer is not None:
+                self.observe_probe(answer)
+
+    def settle_probe(self) -> Generator[Effect, Any, None]:
+        """Before a push: wait for the probe in flight, so one message at a time is in flight."""
+        if self.st.probing:
+            self.observe_probe((yield PROBE_WAIT))
+
+    def unsent_norm(self) -> float:
+        """Norm of the unsent delta (computed in the idle push buffer)."""
+        delta = self.client.delta
+        np.subtract(self.local, self.base, out=delta)
+        return float(np.linalg.norm(delta))
 
     def poll(self) -> None:
         """Merge the pending exchange if it has completed (drives MPI progress too)."""
@@ -306,6 +392,8 @@ def worker_core(client: Exchanger, data: BoundModel, params: np.ndarray, plan: S
     w = _Worker(client, params, stats, injector, rank)
     w.cursor = cursor = BatchCursor(data.rows, plan, rng)
     w.allowance = plan.lease if plan.lease is not None else UNLIMITED
+    schedule.setup(w.st, rank, injector.spec.seed)
+    stats.max_skip = w.st.max_skip
     if resume is not None:
         w.restore(resume)
         if resume["state"]["finished"]:
@@ -316,6 +404,7 @@ def worker_core(client: Exchanger, data: BoundModel, params: np.ndarray, plan: S
             # lease used up: hand the work in and wait for the server to renew the lease
             stats.lease_waits += 1
             if not st.pending:
+                yield from w.settle_probe()
                 w.push(last=False)
             yield from w.wait()
             continue
@@ -327,14 +416,21 @@ def worker_core(client: Exchanger, data: BoundModel, params: np.ndarray, plan: S
             st.steps_while_pending += 1
             stats.steps_while_pending += 1
             w.poll()
+        w.poll_probe()
         if w.stopped or w.finished or cursor.done:
             break
+        if schedule.needs_norm and not st.pending:
+            st.unsent_norm = w.unsent_norm()
         action = schedule.decide(st)
         if action == Action.CONTINUE:
             if not st.pending:
                 st.skips += 1
                 stats.skips += 1
                 stats.skip_run_max = max(stats.skip_run_max, st.skips)
+                if st.skip_reason:
+                    stats.skips_by_reason[st.skip_reason] = stats.skips_by_reason.get(st.skip_reason, 0) + 1
+                if schedule.uses_probes and not st.probing:
+                    w.probe()
         elif action == Action.WAIT:
             yield from w.wait()
         else:
@@ -342,15 +438,17 @@ def worker_core(client: Exchanger, data: BoundModel, params: np.ndarray, plan: S
                 yield from w.wait()
             if w.stopped or w.finished:
                 break
+            yield from w.settle_probe()
             forced = action == Action.PUSH_AND_WAIT and schedule.forces_syncs
             stats.forced_syncs += int(forced)
-            w.push(last=False)
+            w.push(last=False, background=action == Action.PUSH)
             if action == Action.PUSH_AND_WAIT:
                 yield from w.wait()
     if st.pending and not w.stopped:
         yield from w.wait()
     if not w.stopped:
         # the last push carries everything unsent (also when a resumed run has no steps left)
+        yield from w.settle_probe()
         w.push(last=True)
         yield from w.wait()
     return w.local, stats
@@ -372,4 +470,6 @@ def _step(w: _Worker, data: BoundModel, plan: StepPlan, idx: np.ndarray,
     st.unsent_samples += int(idx.size)
     st.unsent_compute_s += compute + slow
     st.steps_since_reply += 1
+    if st.probing:
+        st.probe_out_s += compute + slow
     w.allowance -= int(idx.size)

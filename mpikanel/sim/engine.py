@@ -3,13 +3,15 @@
 One process holds every worker. Each worker core is a generator (mpikanel.engine.worker_core)
 that runs the real numba step on its real data shard and yields where time must pass: the
 simulator answers ``Compute`` with the modeled step time (times the injected heterogeneity) and
-``WAIT`` by suspending the worker until its reply's arrival event. Pushes travel a modeled link
+``WAIT`` (``PROBE_WAIT``) by suspending the worker until its reply's (probe answer's) arrival. Pushes travel a modeled link
 to the server, which serves them one at a time as a FIFO queue and hands them to the same
 ServerCore the MPI server runs; its answers travel back. Events at equal times run in the order
-they were scheduled, so a run is deterministic for a seed.
+they were scheduled, so a run is deterministic for a seed. A probe (ESP) waits for the push being
+served, then is answered at once with the core's probe answer.
 """
 from __future__ import annotations
 
+import collections
 import heapq
 import itertools
 from dataclasses import dataclass, field
@@ -17,12 +19,13 @@ from typing import Any, Callable
 
 import numpy as np
 
-from ..engine.server_core import Answer, Push, ServerCore
-from ..engine.worker_core import WAIT, Reply
+from ..comm.protocol import PAYLOAD_OFFSET
+from ..engine.server_core import Answer, ProbeReply, Push, ServerCore
+from ..engine.worker_core import PROBE_WAIT, WAIT, ProbeAnswer, Reply
 from ..hetero import Injector, ServerDelay
 from .models import NetworkModel, ServerModel
 
-FRAME_OVERHEAD = 96      # header + meta bytes of a frame (comm.protocol), without importing comm
+FRAME_OVERHEAD = PAYLOAD_OFFSET      # header + meta bytes of a frame (comm.protocol: no mpi4py there)
 
 
 @dataclass
@@ -46,12 +49,18 @@ class SimClient:
         self.ready: Reply | None = None
         self.pending = False
         self.waiting_since: float | None = None
+        self.probe_ready: ProbeAnswer | None = None
+        self.probing = False
+        self.probe_waiting = False
+        self._probe_sent = 0.0
         self._t_sent = 0.0
+        self._landed = 0.0
         self._last = False
         self.stop_requested = lambda: False
 
     def start(self, clock: int, steps: int, step_s: float, last: bool, has_delta: bool = True,
-              base_version: int = 0, rtt_s: float = 0.0, delay_s: float = 0.0, samples: int = 0) -> None:
+              base_version: int = 0, rtt_s: float = 0.0, delay_s: float = 0.0, samples: int = 0,
+              background: bool = False) -> None:
         """Send the push: it reaches the server after the link's time (and any injected delay)."""
         if self.pending:
             raise RuntimeError("exchange already in flight")
@@ -66,7 +75,27 @@ class SimClient:
         reply, self.ready = self.ready, None
         if reply is not None:
             self.pending = False
+            reply.landed_ago_s = self.sim.now - self._landed
         return reply
+
+    def probe_start(self, delay_s: float = 0.0) -> None:
+        """Send a header-only probe: the server answers it when it is next free."""
+        if self.probing:
+            raise RuntimeError("probe already in flight")
+        self.probing, self._probe_sent = True, self.sim.now
+        self.sim.at(self.sim.now + delay_s + self.sim.network.transfer_s(PAYLOAD_OFFSET), self.sim.probe_arrives, self.w)
+
+    def probe_test(self) -> ProbeAnswer | None:
+        """The probe's answer if it has arrived by now."""
+        answer, self.probe_ready = self.probe_ready, None
+        if answer is not None:
+            self.probing = False
+        return answer
+
+    def probe_arrive(self, p: ProbeReply) -> ProbeAnswer:
+        """Build the ProbeAnswer of a probe answer arriving now."""
+        return ProbeAnswer(self.sim.now - self._probe_sent, p.version, p.queued, p.service_s, p.recv_bps,
+                           p.update_norm)
 
     def send_state(self, state: dict) -> None:
         """Checkpoints are off in the simulator."""
@@ -75,7 +104,9 @@ class SimClient:
         """Build the Reply of an answer arriving now."""
         from ..comm.protocol import Flag
 
+        self._landed = self.sim.now
         return Reply(params, a.version, a.plan, a.busy, a.held_s, self.sim.now - self._t_sent, 0.0, 0.0,
+                     update_norm=a.update_norm,
                      lease=a.lease, finish=bool(a.flags & Flag.FINISH), last=self._last,
                      checkpoint=False, stop=False)
 
@@ -102,6 +133,8 @@ class Simulator:
         self._server_free = 0.0
         self._snapshot: tuple[int, np.ndarray] | None = None
         self._clock = clock
+        self._queued = 0                      # pushes arrived at the server and not yet served
+        self._ends: collections.deque = collections.deque()   # their service end times, FIFO
 
     def at(self, t: float, fn: Callable, *args: Any) -> None:
         """Schedule fn(*args) at virtual time t."""
@@ -144,6 +177,13 @@ class Simulator:
                     continue
                 client.waiting_since = self.now
                 return
+            if effect is PROBE_WAIT:
+                client = self.clients[w]
+                if client.probe_ready is not None:
+                    answer = client.probe_test()
+                    continue
+                client.probe_waiting = True
+                return
             base = self.step_s[w] * effect.rows / self.batch_size
             slow = self.injectors[w].compute_delay(base)
             self.at(self.now + base + slow, self._advance, w, (base, slow))
@@ -161,7 +201,26 @@ class Simulator:
         else:
             client.ready = reply
 
+    def _probe_answer_arrives(self, w: int, p: ProbeReply) -> None:
+        client = self.clients[w]
+        answer = client.probe_arrive(p)
+        if client.probe_waiting:
+            client.probe_waiting = client.probing = False
+            self._advance(w, answer)
+        else:
+            client.probe_ready = answer
+
     # --- the server ----------------------------------------------------------------------
+
+    def probe_arrives(self, w: int) -> None:
+        """A probe reached the server: answered as soon as the push being served is done (the MPI
+        server answers probes between pushes), before the pushes queued behind it."""
+        t = max(self.now, self._ends[0] if self._ends else self.now) + self.server.probe_s
+        self.at(t, self._answer_probe, w)
+
+    def _answer_probe(self, w: int) -> None:
+        p = self.core.probe(w, self._queued)
+        self.at(self.now + self.network.transfer_s(PAYLOAD_OFFSET), self._probe_answer_arrives, w, p)
 
     def push_arrives(self, push: Push) -> None:
         """A push reached the server: queue it behind what the server is doing."""
@@ -173,13 +232,18 @@ class Simulator:
         start = max(self.now, self._server_free)
         self.stats.queue_wait_s += start - self.now
         self.stats.pushes += 1
+        self._queued += 1
         self._server_free = start + service
         self.stats.server_busy_s += service
-        self.at(self._server_free, self._serve, push)
+        self._ends.append(self._server_free)
+        self.at(self._server_free, self._serve, push, service)
 
-    def _serve(self, push: Push) -> None:
+    def _serve(self, push: Push, service: float) -> None:
         core = self.core
+        self._queued -= 1
+        self._ends.popleft()
         core.on_push(push, self.now)
+        core.observe_service(service, FRAME_OVERHEAD + 8 * core.params.size, self.now)
         answers = core.release(self.now)
         if not answers:
             return

@@ -34,6 +34,7 @@ class ServerModel:
 
     push_s: float = 40e-6
     bandwidth: float = 5e9               # bytes per second the server applies and copies
+    probe_s: float = 5e-6                # server seconds to answer one probe
 
     def push_service_s(self, nbytes: int) -> float:
         """Server seconds to take in and apply one push of nbytes."""

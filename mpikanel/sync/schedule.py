@@ -32,6 +32,17 @@ class WorkerState:
     rtt_ewma: float | None = None   # EWMA of exchange round-trip seconds (None before the first)
     busy: int = 0                   # the server's congestion hint from the last reply
     plan: int = 1                   # local steps the server asked for before the next push
+    max_skip: int = 0               # this worker's consecutive-skip bound (Schedule.setup sets it)
+    skip_reason: str = ""           # why the schedule last chose CONTINUE (ESP: cost, value, busy)
+    # ESP's probe and value inputs (see mpikanel.sync.esp)
+    probing: bool = False           # a probe is in flight
+    probe_out_s: float = 0.0        # compute seconds since the probe in flight was sent
+    probe_rtt_s: float | None = None   # the last probe's round trip
+    probe_queued: int = 0           # pushes queued at the server when it answered the last probe
+    probe_service_s: float = 0.0    # the server's seconds per push at the last probe
+    payload_s: float = 0.0          # EWMA: what a push's round trip costs beyond a probe's
+    update_norm: float = 0.0        # the server's recent norm of one applied delta per step
+    unsent_norm: float = 0.0        # norm of the unsent delta (local - base)
 
     def observe_rtt(self, rtt_s: float, alpha: float) -> None:
         """Fold one measured round trip into the EWMA."""
@@ -44,6 +55,13 @@ class Schedule:
     name = "blocking"
     #: a PUSH_AND_WAIT from this schedule is a forced sync (ESP's max-skip guard), not its routine
     forces_syncs = False
+    #: the worker probes the server between pushes (ESP) and the server answers probes
+    uses_probes = False
+    #: the worker keeps the norm of its unsent delta in WorkerState.unsent_norm (ESP's value term)
+    needs_norm = False
+
+    def setup(self, st: WorkerState, rank: int, seed: int) -> None:
+        """Per-worker set-up before the first step (ESP: this worker's jittered max-skip)."""
 
     def decide(self, st: WorkerState) -> Action:
         """The action after a step."""
