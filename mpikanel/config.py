@@ -13,7 +13,8 @@ from typing import Any
 
 from .errors import InputError
 from .sync.esp import SCALES as ESP_SCALES
-from .sync.psp import AGGREGATES as PSP_AGGREGATES, WAITS as PSP_WAITS
+from .sync.psp import AGGREGATES as PSP_AGGREGATES, ESTIMATORS as PSP_ESTIMATORS, OBJECTIVES as PSP_OBJECTIVES
+from .sync.psp import WAITS as PSP_WAITS
 from .sync.registry import MODELS as SYNC_REGISTRY, SYNC_MODELS
 
 ON_OFF = ("on", "off")
@@ -57,6 +58,8 @@ class TrainConfig:
     psp_k_max: int = 8
     psp_aggregate: str = "sum"
     psp_wait: str = "train"
+    psp_estimator: str = "median"
+    psp_objective: str = "rate"
     slowdown: str | None = None
     pause_prob: float = 0.0
     pause_s: float = 0.0
@@ -131,6 +134,9 @@ def _validate(c: TrainConfig) -> None:
     if not 0 <= c.esp_value_low <= c.esp_value_high:
         raise InputError(f"need 0 <= --esp-value-low <= --esp-value-high, got {c.esp_value_low} and "
                          f"{c.esp_value_high}")
+    if c.psp_estimator not in PSP_ESTIMATORS or c.psp_objective not in PSP_OBJECTIVES:
+        raise InputError(f"--psp-estimator must be one of {', '.join(PSP_ESTIMATORS)} and --psp-objective one of "
+                         f"{', '.join(PSP_OBJECTIVES)}, got '{c.psp_estimator}' and '{c.psp_objective}'")
     if c.psp_wait not in PSP_WAITS:
         raise InputError(f"--psp-wait must be one of {', '.join(PSP_WAITS)}, got '{c.psp_wait}'")
     if c.threads < 1:
@@ -217,6 +223,9 @@ _HELP = {
     "esp_value_high": "ESP: push even when dear once the unsent delta reaches this many typical steps' worth",
     "psp_k_max": "PSP: most local steps a worker is planned per round, and most it trains while waiting",
     "psp_aggregate": "PSP: add the round's deltas as they are (sum) or each divided by its steps (normalized)",
+    "psp_estimator": "PSP: each worker's seconds per step from its last 5 reports: median, p90 or ewma",
+    "psp_objective": "PSP: choose the sync time minimizing the idle share plus a price on round length "
+                     "(rate), or total idle seconds (idle: the 0.1 rule, which fills --psp-k-max)",
     "psp_wait": "PSP: while a round closes fast workers keep training (train) or idle (idle: the "
                 "ZipLine-style ablation)",
     "slowdown": "straggler injection: RANK:FACTOR[,RANK:FACTOR] (worker RANK takes FACTOR x its "
@@ -294,6 +303,10 @@ def build_parser(prog: str = "python -m mpikanel.train", print_errors: bool = Tr
             p.add_argument(flag, choices=BUDGETS, help=helptext)
         elif f.name == "psp_wait":
             p.add_argument(flag, choices=PSP_WAITS, help=helptext)
+        elif f.name == "psp_estimator":
+            p.add_argument(flag, choices=PSP_ESTIMATORS, help=helptext)
+        elif f.name == "psp_objective":
+            p.add_argument(flag, choices=PSP_OBJECTIVES, help=helptext)
         elif f.name in ("esp_probe", "esp_value", "esp_efficiency"):
             p.add_argument(flag, choices=ON_OFF, help=helptext)
         elif f.name == "model":

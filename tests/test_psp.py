@@ -4,12 +4,12 @@ import itertools
 import numpy as np
 import pytest
 
-from mpikanel.sync.psp import PSP, StepTimePredictor, choose_sync_time, idle_of, steps_for
-from mpikanel.sync import Book
+from mpikanel.sync.psp import (PSP, PspSchedule, StepTimePredictor, choose_sync_time, idle_of, steps_for)
+from mpikanel.sync import Action, Book, WorkerState
 
 
-def brute_force(t, k_max, c):
-    """Every candidate end, every k by definition; minimal idle, earliest T on ties."""
+def brute_force(t, k_max, c, objective="idle"):
+    """Every candidate end, every k by definition; the lowest objective, earliest T on ties."""
     t_min = max(ci + ti for ci, ti in zip(c, t))
     best = None
     for T in sorted({ci + k * ti for ci, ti in zip(c, t) for k in range(1, k_max + 1)}):
@@ -18,8 +18,10 @@ def brute_force(t, k_max, c):
         k = np.array([max(1, min(k_max, max(kk for kk in range(1, k_max + 1) if ci + kk * ti <= T + 1e-12)
                                  if ci + ti <= T + 1e-12 else 1)) for ci, ti in zip(c, t)])
         idle = float(np.sum(T - (np.array(c) + k * np.array(t))))
-        if best is None or idle < best[2] - 1e-9:
-            best = (T, k, idle)
+        # "rate": the idle share of the round plus 0.05 per slowest-first-step of extra length
+        score = idle if objective == "idle" else idle / (len(t) * T) + 0.05 * (T - t_min) / t_min
+        if best is None or score < best[3] - 1e-9:
+            best = (T, k, idle, score)
     return best
 
 
@@ -32,26 +34,54 @@ PROFILES = [
 ]
 
 
+@pytest.mark.parametrize("objective", ["idle", "rate"])
 @pytest.mark.parametrize("t", PROFILES)
 @pytest.mark.parametrize("k_max", [1, 3, 8])
-def test_sweep_matches_brute_force(t, k_max):
+def test_sweep_matches_brute_force(t, k_max, objective):
     c = [0.0] * len(t)
-    plan = choose_sync_time(np.array(t), k_max)
-    T, k, idle = brute_force(t, k_max, c)
+    plan = choose_sync_time(np.array(t), k_max, objective=objective)
+    T, k, idle, score = brute_force(t, k_max, c, objective)
     assert plan.T == pytest.approx(T) and list(plan.k) == list(k) and plan.idle == pytest.approx(idle)
+    assert plan.score == pytest.approx(score)
 
 
+@pytest.mark.parametrize("objective", ["idle", "rate"])
 @pytest.mark.parametrize("seed", range(30))
-def test_sweep_matches_brute_force_random_with_offsets(seed):
+def test_sweep_matches_brute_force_random_with_offsets(seed, objective):
     rng = np.random.default_rng(seed)
     n = int(rng.integers(2, 7))
     t = rng.lognormal(0, 0.7, n)
     c = rng.uniform(0, 0.5, n)
     k_max = int(rng.integers(1, 9))
-    plan = choose_sync_time(t, k_max, c)
-    T, k, idle = brute_force(list(t), k_max, list(c))
+    plan = choose_sync_time(t, k_max, c, objective=objective)
+    T, k, idle, _ = brute_force(list(t), k_max, list(c), objective)
     assert plan.T == pytest.approx(T) and list(plan.k) == list(k) and plan.idle == pytest.approx(idle)
     assert list(steps_for(plan.T, t, k_max, c)) == list(plan.k)
+
+
+def test_sweep_at_ten_thousand_workers_matches_brute_force_on_a_sample():
+    rng = np.random.default_rng(7)
+    n, k_max = 10_000, 8
+    t = rng.lognormal(0, 0.5, n)
+    c = rng.uniform(0, 0.2, n)
+    plan = choose_sync_time(t, k_max, c)
+    t_min = float((c + t).max())
+    # the chosen T's objective, recomputed by definition, is no worse than any sampled candidate's
+    def score(T):
+        k = steps_for(T, t, k_max, c)
+        return float(np.sum(T - (c + k * t))) / (n * T) + 0.05 * (T - t_min) / t_min
+    assert score(plan.T) == pytest.approx(plan.score)
+    ends = (c[:, None] + np.arange(1, k_max + 1)[None, :] * t[:, None]).ravel()
+    sample = rng.choice(ends[ends >= t_min], 500, replace=False)
+    assert all(score(plan.T) <= score(T) + 1e-12 for T in sample)
+
+
+def test_the_rate_objective_keeps_rounds_short_where_idle_fills_k_max():
+    # fast workers 1 s/step, a 3.3 s straggler: idle alone prefers the long round that fits best
+    t = np.array([1.0, 1.0, 1.0, 3.3])
+    long = choose_sync_time(t, 8, objective="idle")
+    short = choose_sync_time(t, 8, objective="rate")
+    assert list(long.k) == [7, 7, 7, 2] and list(short.k) == [4, 4, 4, 1]
 
 
 @pytest.mark.parametrize("t", PROFILES)
@@ -115,6 +145,70 @@ def test_psp_normalized_aggregation_divides_by_steps():
     book.record_push(0, 1, False, 0.1, 0.0, steps=4)
     assert PSP(2, aggregate="normalized").delta_scale(book, 0) == pytest.approx(0.25)
     assert PSP(2, aggregate="sum").delta_scale(book, 0) == 1.0
+
+
+def test_per_worker_offsets_predict_each_workers_arrival():
+    p = StepTimePredictor(3, window=5)
+    for w, (t, c) in enumerate([(0.01, 0.002), (0.01, 0.030), (0.04, 0.002)]):   # worker 1: a slow link
+        for _ in range(5):
+            p.observe(w, t)
+            p.observe_round(w, c + 2 * t, 2)
+    assert p.offsets() == pytest.approx([0.002, 0.030, 0.002])
+    policy = PSP(3, k_max=8)
+    policy.predictor = p
+    plan, fallback = policy.choose(p.predict(), p.offsets())
+    assert not fallback
+    # the slow-link worker's 30 ms arrive on top of its steps: it is planned fewer steps
+    assert plan.k[1] < plan.k[0]
+
+
+def test_done_pushes_and_lone_worker_rounds_are_not_scored():
+    policy = PSP(2, k_max=8)
+    book = Book(2)
+    for w in range(2):
+        book.record_push(w, 1, False, 0.01, 0.01, steps=1)
+        policy.on_push(book, w)
+    policy.release(book)
+    for w in range(2):
+        book.record_release(w)
+    book.record_push(0, 2, True, 0.01, 5.0, steps=1)       # worker 0's DONE push, very late
+    policy.on_push(book, 0)
+    book.record_push(1, 2, False, 0.01, 0.02, steps=1)
+    policy.on_push(book, 1)
+    r = policy.rounds[-1]
+    assert np.isnan(r.arrived[0]) and not np.isnan(r.arrived[1])
+    assert r.errors().size == 0 and np.isnan(r.relative_error())   # one scored worker: no score
+
+
+def test_the_critical_worker_is_flagged_and_pushes_on_plan_and_blocks():
+    plans = play_rounds(PSP(4, k_max=8), [0.01, 0.01, 0.01, 0.04], rounds=6)
+    assert list(plans[-1]) == [4, 4, 4, 1]
+    policy = PSP(4, k_max=8)
+    play_rounds(policy, [0.01, 0.01, 0.01, 0.04], rounds=6)
+    book = Book(4)
+    assert policy.critical(book, 3) and not policy.critical(book, 0)
+    sch = PspSchedule(max_wait_steps=8)
+    # the critical worker: after its planned step it pushes and blocks (no overrun of the round)
+    assert sch.decide(WorkerState(plan=1, steps_since_reply=1, critical=True)) == Action.PUSH_AND_WAIT
+    # a fast worker pushes without blocking and trains on while the round closes
+    assert sch.decide(WorkerState(plan=4, steps_since_reply=4)) == Action.PUSH
+
+
+def test_steps_trained_while_pending_count_toward_the_next_plan():
+    sch = PspSchedule(max_wait_steps=8)
+    # 3 steps while its push was pending, then the reply (plan 4): one more step, then push
+    st = WorkerState(plan=4, steps_while_pending=3, steps_since_reply=0)
+    assert sch.decide(st) == Action.CONTINUE
+    st.steps_since_reply = 1
+    assert sch.decide(st) == Action.PUSH
+
+
+def test_fallback_retries_the_plan_every_few_rounds():
+    policy = PSP(2, k_max=8, fallback_error=0.5, retry_every=4)
+    policy.in_fallback = lambda: True                       # predictions stay bad
+    t = np.array([0.01, 0.04])
+    fell = [policy.choose(t, np.zeros(2))[1] for _ in range(8)]
+    assert fell == [True, True, True, False, True, True, True, False]
 
 
 def test_psp_falls_back_to_bsp_when_predictions_are_wrong():

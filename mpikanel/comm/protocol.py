@@ -60,6 +60,7 @@ class Flag(IntEnum):
     CHECKPOINT = 8      # reply: send your resumable state now
     STOP_REQUEST = 16   # push: this worker got SIGTERM/SIGUSR1; checkpoint and stop the run
     FINISH = 32         # reply: the work budget is spent: push your unsent work as DONE and leave
+    CRITICAL = 64       # reply (PSP): your push closes the next round: push on plan and block
 
 
 HEADER_INTS = len(H)

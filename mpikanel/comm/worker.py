@@ -217,7 +217,8 @@ class WorkerClient:
                      float(meta[M.HELD_S]), landed - f.t_sent, blocked_s, delayed,
                      landed_ago_s=time.perf_counter() - landed, update_norm=float(meta[M.UPDATE_NORM]),
                      lease=int(h[H.LEASE]), finish=self.inp.has(Flag.FINISH), last=self._last,
-                     checkpoint=self.inp.has(Flag.CHECKPOINT), stop=self.inp.has(Flag.STOP))
+                     checkpoint=self.inp.has(Flag.CHECKPOINT), stop=self.inp.has(Flag.STOP),
+                     critical=self.inp.has(Flag.CRITICAL))
 
     # --- probes ---------------------------------------------------------------------------------
 

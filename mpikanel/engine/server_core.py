@@ -256,6 +256,8 @@ class ServerCore:
             lease = self.budget.renew(w, speeds, book.active)
             if self.budget.finish(w):
                 flags |= Flag.FINISH
+        if self.policy.critical(book, w):
+            flags |= Flag.CRITICAL
         held = now - float(book.arrived_at[w])
         self.stats.held_s[w] += held
         return Answer(w, int(book.clock[w]), book.version, self.policy.plan(book, w), busy, lease, flags, held,

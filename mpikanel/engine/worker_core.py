@@ -66,6 +66,7 @@ class Reply:
     last: bool = False        # this reply answers the worker's DONE push
     checkpoint: bool = False  # the server asks for this worker's resumable state
     stop: bool = False        # the server stops the run after this checkpoint
+    critical: bool = False    # PSP: this worker's next push closes the round: push on plan and block
 
 
 @dataclass
@@ -256,7 +257,10 @@ class _Worker:
         self.stats.produced += delta
         self.at_send[:] = self.local
         st = self.st
-        step_s = st.unsent_compute_s / max(st.unsent_steps, 1)
+        # seconds per full minibatch: the budget's last partial batches must not look like a speed-up
+        batch = self.cursor.plan.batch_size if self.cursor is not None else 0
+        step_s = (st.unsent_compute_s * batch / st.unsent_samples if batch and st.unsent_samples
+                  else st.unsent_compute_s / max(st.unsent_steps, 1))
         self.stats.pushes += 1
         self.client.start(self.stats.pushes, st.unsent_steps, step_s, last,
                           base_version=self.base_version, rtt_s=st.rtt_ewma or 0.0,
@@ -302,7 +306,7 @@ class _Worker:
         st, stats = self.st, self.stats
         st.pending = False
         st.steps_since_reply = 0
-        st.busy, st.plan = reply.busy, max(1, reply.plan)
+        st.busy, st.plan, st.critical = reply.busy, max(1, reply.plan), reply.critical
         # the lease counts from the push this reply answers: steps taken since then use it up
         self.allowance = reply.lease - st.unsent_samples
         self.finished = self.finished or reply.finish

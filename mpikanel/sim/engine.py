@@ -108,7 +108,7 @@ class SimClient:
         return Reply(params, a.version, a.plan, a.busy, a.held_s, self.sim.now - self._t_sent, 0.0, 0.0,
                      update_norm=a.update_norm,
                      lease=a.lease, finish=bool(a.flags & Flag.FINISH), last=self._last,
-                     checkpoint=False, stop=False)
+                     checkpoint=False, stop=False, critical=bool(a.flags & Flag.CRITICAL))
 
 
 class Simulator:

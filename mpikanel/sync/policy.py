@@ -27,6 +27,10 @@ class SyncPolicy(ABC):
         """Local steps worker w runs before its next push."""
         return 1
 
+    def critical(self, book: Book, w: int) -> bool:
+        """Whether worker w's next push closes a planned round (PSP); it then pushes on plan and blocks."""
+        return False
+
     def delta_scale(self, book: Book, w: int) -> float:
         """Factor applied to worker w's waiting delta when it is added to the parameters."""
         return 1.0

@@ -2,25 +2,40 @@
 
 Pure code over the book (no MPI, no clock reads): the server passes arrival times in.
 
-Predictor: per worker, the median of the last ``window`` reported step times. A median
-ignores a single outlier step (a GC pause, a late JIT) that an EWMA or the last value would
-follow; the window of 5 follows a real change of speed within three rounds.
+Predictor (:class:`StepTimePredictor`): per worker, an estimate of its seconds per step from its
+last ``window`` reports (``estimator``: the median, which ignores a single outlier step such as
+a GC pause or a late JIT; ``p90``; or an ``ewma``) and its own arrival offset c_i: the median of
+its residuals (arrival after release minus k_i x t_i: reply, merge, push and link time). Both
+are cached per worker and updated in O(window) per push, so a round costs O(n log n) (the sort
+of the sweep), not O(n^2).
 
 Sync time (ZipLine/ElasticBSP's one-pass sweep applied to the thesis's PSP): all workers are
-released together, so worker i's k-th next iteration ends at e_i(k) = k * t_i after the
-release (``choose_sync_time`` also takes per-worker start offsets c_i). Candidates T are the
-ends e_i(k), k <= k_max, not earlier than the slowest worker's first one; each worker runs
-k_i(T) = the largest k <= k_max with e_i(k) <= T (at least 1);
-the chosen T minimizes the total idle sum_i (T - e_i(k_i(T))), ties going to the earlier T.
-Sorting the candidates makes the sweep O(m log m) in their number m = n * k_max.
-A plan other than BSP's (k = 1 for all) is used only when it cuts the predicted idle time by
-at least ``min_gain`` (measurement noise on a busy node must not make a homogeneous cluster
-drift into uneven rounds).
+released together, so worker i's k-th next iteration ends at e_i(k) = c_i + k * t_i. Candidates
+T are the ends e_i(k), k <= k_max, not earlier than the slowest worker's first one; each worker
+runs k_i(T) = the largest k <= k_max with e_i(k) <= T (at least 1). The chosen T minimizes
 
-Arrivals are predicted as c + k_i * t_i, c being the round's fixed cost (reply, push, merge:
-the median residual of recent rounds over all workers); when the mean prediction error of the
-last rounds, relative to the round length, exceeds ``fallback_error``, the server plans BSP
-rounds until predictions recover.
+    idle(T) / (n T)  +  length_penalty * (T - T_min) / T_min          (objective "rate")
+
+the share of the round the cluster idles, plus a price on every slowest-first-step's worth of
+extra round length (longer rounds mean more local steps between syncs: more drift, staler
+pushes). So the optimizer, not ``k_max``, decides how many steps fast workers run: a longer
+round must buy a proportionally smaller idle share. ``objective="idle"`` is the 0.1 rule (total
+idle seconds, no price on length), which fills k_max. Ties go to the earlier T. The sweep is
+vectorized: sort the n * k_max candidates once, then cumulative sums give every candidate's
+busy time. A plan other than BSP's (k = 1 for all) is used only when it cuts the BSP plan's
+objective by at least ``min_gain`` (measurement noise on a busy node must not make a
+homogeneous cluster drift into uneven rounds).
+
+The worker whose predicted arrival closes the round (the critical worker) is told so in its
+reply: it pushes at exactly its planned step and blocks for the reply, so it does not overrun
+the round; the others train on while it closes (``PspSchedule``). Steps a worker trains while
+its push is pending count toward its next plan, not on top of it.
+
+Prediction error is scored per worker as |actual - predicted arrival| / the predicted round
+length, only for non-final pushes and only in rounds with two or more scored workers (a
+worker's DONE push and a lone worker's rounds say nothing about the plan). When the mean error
+of the last ``error_rounds`` scored rounds exceeds ``fallback_error``, the server plans BSP
+rounds, retrying the real plan every ``retry_every`` rounds so that it can recover.
 """
 from __future__ import annotations
 
@@ -37,6 +52,11 @@ from .schedule import Action, Schedule, WorkerState
 AGGREGATES = ("sum", "normalized")
 #: what a worker does while its round closes: keep training (PSP) or idle (the ZipLine-style ablation)
 WAITS = ("train", "idle")
+ESTIMATORS = ("median", "p90", "ewma")
+OBJECTIVES = ("rate", "idle")
+#: price of round length in the "rate" objective: one extra T_min of round must cut the idle share by 5 points
+LENGTH_PENALTY = 0.05
+EWMA_ALPHA = 0.3
 
 
 @dataclass(frozen=True)
@@ -46,6 +66,7 @@ class SyncPlan:
     T: float
     k: np.ndarray        # int64 per worker
     idle: float          # predicted total idle seconds of the round
+    score: float = 0.0   # the objective's value at T
 
 
 def idle_of(T: float, t: np.ndarray, k: np.ndarray, c: np.ndarray | float = 0.0) -> float:
@@ -59,71 +80,99 @@ def steps_for(T: float, t: np.ndarray, k_max: int, c: np.ndarray | float = 0.0) 
     return np.clip(k, 1, k_max)
 
 
-def choose_sync_time(t: np.ndarray, k_max: int, c: np.ndarray | None = None) -> SyncPlan:
-    """The sweep: minimal total idle over the candidate sync times (earliest on ties)."""
+def objective_of(T: np.ndarray | float, idle: np.ndarray | float, n: int, T_min: float, objective: str,
+                 penalty: float = LENGTH_PENALTY) -> np.ndarray | float:
+    """The sweep's objective at sync time(s) T with total idle seconds `idle` (lower is better)."""
+    if objective == "idle":
+        return idle
+    return idle / (n * T) + penalty * (T - T_min) / T_min
+
+
+def choose_sync_time(t: np.ndarray, k_max: int, c: np.ndarray | None = None, objective: str = "rate",
+                     penalty: float = LENGTH_PENALTY) -> SyncPlan:
+    """The sweep: the candidate sync time with the lowest objective (earliest on ties), O(m log m)
+    in the m = n * k_max candidates, vectorized."""
     t = np.asarray(t, dtype=np.float64)
     n = t.size
     c = np.zeros(n) if c is None else np.asarray(c, dtype=np.float64)
-    t_min = float((c + t).max())                 # nobody can sync before the slowest's first step
-    ks = np.arange(1, k_max + 1, dtype=np.float64)
-    ends = (c[:, None] + ks[None, :] * t[:, None]).ravel()    # candidate ends e_i(k)
+    first = c + t
+    T_min = float(first.max())                   # nobody can sync before the slowest's first step
+    ends = (c[:, None] + np.arange(1, k_max + 1, dtype=np.float64)[None, :] * t[:, None]).ravel()
     order = np.argsort(ends, kind="stable")
-    k = np.ones(n, dtype=np.int64)
-    busy = float((c + t).sum())                  # sum_i e_i(k_i) with every k_i = 1
-    best = SyncPlan(t_min, k.copy(), n * t_min - busy)
-    i = 0
-    m = ends.size
-    while i < m:
-        value = ends[order[i]]
-        j = i
-        while j < m and ends[order[j]] <= value * (1 + 1e-12):   # same end: apply all at once
-            w, kk = divmod(int(order[j]), k_max)
-            if kk + 1 > k[w]:
-                busy += (kk + 1 - k[w]) * t[w]
-                k[w] = kk + 1
-            j += 1
-        i = j
-        if value >= t_min * (1 - 1e-12):
-            idle = n * value - busy
-            if idle < best.idle - 1e-12 * max(1.0, value):
-                best = SyncPlan(float(value), k.copy(), idle)
-    return best
+    e = ends[order]
+    # passing candidate (w, k >= 2) adds one more step of t_w to the busy time sum_i e_i(k_i)
+    grow = np.where(order % k_max >= 1, t[order // k_max], 0.0)
+    busy = float(first.sum()) + np.cumsum(grow)
+    # a group of equal ends is one candidate: take each group's last entry, at or after T_min
+    last = np.ones(e.size, dtype=bool)
+    last[:-1] = e[1:] > e[:-1] * (1 + 1e-12)
+    ok = last & (e >= T_min * (1 - 1e-12))
+    T, idle = e[ok], n * e[ok] - busy[ok]
+    score = objective_of(T, idle, n, T_min, objective, penalty)
+    j = int(np.flatnonzero(score <= score.min() + 1e-12 * max(1.0, abs(float(score.min()))))[0])
+    best_T = float(T[j])
+    return SyncPlan(best_T, steps_for(best_T, t, k_max, c), float(idle[j]), float(score[j]))
 
 
 @dataclass
 class StepTimePredictor:
-    """Per-worker step time: the median of the last `window` reports."""
+    """Per-worker step time (from its last `window` reports) and arrival offset, cached."""
 
     n_workers: int
     window: int = 5
+    estimator: str = "median"
     history: list = field(init=False)
     residuals: list = field(init=False)
 
     def __post_init__(self) -> None:
+        if self.estimator not in ESTIMATORS:
+            raise InputError(f"--psp-estimator must be one of {', '.join(ESTIMATORS)}, got '{self.estimator}'")
         self.history = [deque(maxlen=self.window) for _ in range(self.n_workers)]
         self.residuals = [deque(maxlen=self.window) for _ in range(self.n_workers)]
+        self._t = np.full(self.n_workers, np.nan)
+        self._c = np.full(self.n_workers, np.nan)
+
+    def _estimate(self, w: int, step_s: float) -> float:
+        h = self.history[w]
+        if self.estimator == "ewma":
+            old = self._t[w]
+            return step_s if np.isnan(old) else EWMA_ALPHA * step_s + (1 - EWMA_ALPHA) * old
+        return float(np.median(h)) if self.estimator == "median" else float(np.percentile(h, 90))
 
     def observe(self, w: int, step_s: float) -> None:
         """Add one report of worker w's mean seconds per step."""
         if step_s > 0:
             self.history[w].append(step_s)
+            self._t[w] = self._estimate(w, step_s)
 
     def observe_round(self, w: int, arrived_s: float, k: int) -> None:
-        """Add one round's fixed cost of worker w: arrival delay minus its k predicted steps."""
-        t = self.predict()[w]
+        """Add one round's offset of worker w: its arrival after release minus its k predicted steps."""
+        t = self._t[w] if not np.isnan(self._t[w]) else 0.0
         self.residuals[w].append(max(0.0, arrived_s - k * t))
-
-    def round_cost(self) -> float:
-        """Predicted fixed cost of a round (median residual over all workers; 0 before any)."""
-        values = [x for r in self.residuals for x in r]
-        return float(np.median(values)) if values else 0.0
+        self._c[w] = float(np.median(self.residuals[w]))
 
     def predict(self) -> np.ndarray:
         """Predicted seconds per step for every worker (workers with no report: the others' mean)."""
-        t = np.array([float(np.median(h)) if h else np.nan for h in self.history])
+        t = self._t
         if np.isnan(t).all():
             return np.ones_like(t)
         return np.where(np.isnan(t), np.nanmean(t), t)
+
+    def offsets(self) -> np.ndarray:
+        """Predicted arrival offset of every worker (no round yet: the others' median; 0 before any)."""
+        c = self._c
+        if np.isnan(c).all():
+            return np.zeros_like(c)
+        return np.where(np.isnan(c), np.nanmedian(c), c)
+
+    def restore(self, history: list, residuals: list) -> None:
+        """Refill from saved histories (a resumed run)."""
+        for w, (h, r) in enumerate(zip(history, residuals)):
+            for x in h:
+                self.observe(w, float(x))
+            self.residuals[w].extend(r)
+            if self.residuals[w]:
+                self._c[w] = float(np.median(self.residuals[w]))
 
 
 @dataclass
@@ -136,15 +185,21 @@ class Round:
     predicted_idle: float
     fallback: bool
     predicted: np.ndarray    # predicted seconds after release of each worker's push
-    arrived: np.ndarray      # actual seconds after release (nan: not pushed, e.g. left)
+    arrived: np.ndarray      # actual seconds after release (nan: not scored: a DONE push, or left)
+    critical: int = -1       # the worker whose arrival the plan makes last
+
+    def errors(self) -> np.ndarray:
+        """Per scored worker |actual - predicted arrival| / the predicted round length; empty when
+        fewer than two workers were scored (a lone worker's round says nothing about the plan)."""
+        ok = ~np.isnan(self.arrived)
+        if ok.sum() < 2:
+            return np.zeros(0)
+        return np.abs(self.arrived[ok] - self.predicted[ok]) / max(float(self.predicted.max()), 1e-9)
 
     def relative_error(self) -> float:
-        """Mean |actual - predicted| arrival over the workers that pushed, relative to the
-        predicted round length (a per-worker ratio would let a 1 ms miss on a 2 ms worker dominate)."""
-        ok = ~np.isnan(self.arrived)
-        if not ok.any():
-            return 0.0
-        return float(np.mean(np.abs(self.arrived[ok] - self.predicted[ok])) / max(self.predicted.max(), 1e-9))
+        """Mean relative error of the round (nan when it is not scored)."""
+        e = self.errors()
+        return float(e.mean()) if e.size else float("nan")
 
 
 class PSP(BSP):
@@ -152,9 +207,10 @@ class PSP(BSP):
 
     Releases like BSP (every active worker has pushed) and adds the round's deltas in rank
     order; ``aggregate="normalized"`` divides each delta by the steps it carries. At each
-    release it predicts step times, chooses the sync time and gives each worker its k_i.
-    When the prediction error of the last rounds exceeds ``fallback_error`` it plans k=1
-    for everyone (BSP) until predictions recover.
+    release it predicts step times and offsets, chooses the sync time, gives each worker its
+    k_i and marks the critical worker. When the prediction error of the last scored rounds
+    exceeds ``fallback_error`` it plans k=1 for everyone (BSP), retrying the plan every
+    ``retry_every`` rounds until predictions recover.
     """
 
     name = "psp"
@@ -162,31 +218,47 @@ class PSP(BSP):
 
     def __init__(self, n_workers: int, k_max: int = 8, aggregate: str = "sum",
                  fallback_error: float = 0.5, window: int = 5, error_rounds: int = 3,
-                 min_gain: float = 0.3) -> None:
+                 min_gain: float = 0.3, estimator: str = "median", objective: str = "rate",
+                 retry_every: int = 4) -> None:
         if k_max < 1:
             raise InputError(f"--psp-k-max must be >= 1, got {k_max}")
         if aggregate not in AGGREGATES:
             raise InputError(f"--psp-aggregate must be one of {', '.join(AGGREGATES)}, got '{aggregate}'")
+        if objective not in OBJECTIVES:
+            raise InputError(f"--psp-objective must be one of {', '.join(OBJECTIVES)}, got '{objective}'")
         self.k_max = k_max
         self.aggregate = aggregate
         self.fallback_error = fallback_error
         self.error_rounds = error_rounds
         self.min_gain = min_gain
-        self.predictor = StepTimePredictor(n_workers, window)
+        self.objective = objective
+        self.retry_every = retry_every
+        self.predictor = StepTimePredictor(n_workers, window, estimator)
         self.rounds: list[Round] = []
         self._plan = np.ones(n_workers, dtype=np.int64)
+        self._critical = -1
+        self._since_fallback = 0
 
     def on_push(self, book: Book, w: int) -> None:
-        """Feed worker w's reported step time to the predictor; time its arrival in the round."""
+        """Feed worker w's reported step time to the predictor; score its arrival in the round."""
         self.predictor.observe(w, float(book.step_s[w]))
-        if self.rounds and np.isnan(self.rounds[-1].arrived[w]):
-            r = self.rounds[-1]
+        if not self.rounds or book.last_push[w]:
+            return                          # a DONE push ends the worker's rounds: not a prediction
+        r = self.rounds[-1]
+        if np.isnan(r.arrived[w]):
             r.arrived[w] = book.arrived_at[w] - r.released_at
             self.predictor.observe_round(w, float(r.arrived[w]), int(r.k[w]))
 
     def in_fallback(self) -> bool:
         """True while recent predictions were too far off to trust."""
-        recent = [r.relative_error() for r in self.rounds[-self.error_rounds:] if not np.isnan(r.arrived).all()]
+        recent: list[float] = []
+        # the last error_rounds scored rounds among the last few: O(1) per round, not O(rounds)
+        for r in self.rounds[-8 * self.error_rounds:][::-1]:
+            e = r.relative_error()
+            if not np.isnan(e):
+                recent.append(e)
+                if len(recent) == self.error_rounds:
+                    break
         return bool(recent) and float(np.mean(recent)) > self.fallback_error
 
     def release(self, book: Book) -> list[int]:
@@ -195,25 +267,41 @@ class PSP(BSP):
             self._replan(book)
         return released
 
-    def choose(self, t: np.ndarray) -> tuple[SyncPlan, bool]:
-        """This round's plan from predicted step times, and whether it fell back to BSP."""
-        T = float(t.max())
-        bsp = SyncPlan(T, np.ones(t.size, dtype=np.int64), idle_of(T, t, 1))
+    def choose(self, t: np.ndarray, c: np.ndarray | None = None) -> tuple[SyncPlan, bool]:
+        """This round's plan from predicted step times and offsets, and whether it fell back to BSP."""
+        c = np.zeros(t.size) if c is None else c
+        T = float((c + t).max())
+        ones = np.ones(t.size, dtype=np.int64)
+        idle = idle_of(T, t, ones, c)
+        bsp = SyncPlan(T, ones, idle, float(objective_of(T, idle, t.size, T, self.objective)))
         if self.in_fallback():
-            return bsp, True
-        plan = choose_sync_time(t, self.k_max)
-        return (plan if plan.idle <= (1 - self.min_gain) * bsp.idle else bsp), False
+            self._since_fallback += 1
+            if self._since_fallback % self.retry_every:
+                return bsp, True            # ... retrying the real plan every retry_every rounds
+        else:
+            self._since_fallback = 0
+        plan = choose_sync_time(t, self.k_max, c, self.objective)
+        return (plan if plan.score <= (1 - self.min_gain) * bsp.score else bsp), False
 
     def _replan(self, book: Book) -> None:
-        t = self.predictor.predict()
-        plan, fallback = self.choose(t)
+        p = self.predictor
+        t, c = p.predict(), p.offsets()
+        plan, fallback = self.choose(t, c)
         self._plan = plan.k
+        predicted = c + plan.k * t
+        active = book.active
+        # the latest predicted arrival closes the round; on a tie, the worker with the longest step
+        self._critical = int(np.lexsort((t, np.where(active, predicted, -np.inf)))[-1]) if active.any() else -1
         now = float(book.arrived_at[book.waiting].max()) if book.waiting.any() else 0.0
-        self.rounds.append(Round(now, plan.T, plan.k.copy(), plan.idle, fallback,
-                                 self.predictor.round_cost() + plan.k * t, np.full(t.size, np.nan)))
+        self.rounds.append(Round(now, plan.T, plan.k.copy(), plan.idle, fallback, predicted,
+                                 np.full(t.size, np.nan), self._critical))
 
     def plan(self, book: Book, w: int) -> int:
         return int(self._plan[w])
+
+    def critical(self, book: Book, w: int) -> bool:
+        """Whether worker w's arrival closes the coming round (it pushes on plan and blocks)."""
+        return w == self._critical
 
     def delta_scale(self, book: Book, w: int) -> float:
         if self.aggregate == "normalized":
@@ -227,26 +315,30 @@ class PSP(BSP):
         """Predictor histories and the current plan (round records restart after a resume)."""
         p = self.predictor
         return {"history": [list(h) for h in p.history], "residuals": [list(r) for r in p.residuals],
-                "plan": self._plan.tolist()}
+                "plan": self._plan.tolist(), "critical": self._critical}
 
     def restore(self, state: dict) -> None:
-        p = self.predictor
-        for dq, values in zip(p.history, state["history"]):
-            dq.extend(values)
-        for dq, values in zip(p.residuals, state["residuals"]):
-            dq.extend(values)
+        self.predictor.restore(state["history"], state["residuals"])
         self._plan = np.array(state["plan"], dtype=np.int64)
+        self._critical = int(state.get("critical", -1))
 
     def report(self) -> dict:
         """Per-round record for the summary and metrics file."""
         rs = self.rounds
+        errors = np.concatenate([r.errors() for r in rs]) if rs else np.zeros(0)
+        scored = [r for r in rs if r.errors().size]
         return {
             "rounds": len(rs),
             "fallback_rounds": int(sum(r.fallback for r in rs)),
-            "mean_relative_error": float(np.mean([r.relative_error() for r in rs])) if rs else 0.0,
+            # the share of fallback rounds among those where two or more workers were scored
+            "fallback_share": (float(np.mean([r.fallback for r in scored])) if scored else 0.0),
+            "mean_relative_error": float(errors.mean()) if errors.size else 0.0,
+            "median_relative_error": float(np.median(errors)) if errors.size else 0.0,
+            "p90_relative_error": float(np.percentile(errors, 90)) if errors.size else 0.0,
             "predicted_idle_s": float(sum(r.predicted_idle for r in rs)),
             "T": [r.T for r in rs],
             "k": [r.k.tolist() for r in rs],
+            "critical": [r.critical for r in rs],
             "predicted_s": [r.predicted.tolist() for r in rs],
             "actual_s": [np.where(np.isnan(r.arrived), -1.0, r.arrived).tolist() for r in rs],
         }
@@ -257,6 +349,10 @@ class PspSchedule(Schedule):
     """Predicted synchronous parallel, worker side: run the planned steps, push, keep training
     while the round closes, fold those steps into the next delta.
 
+    Steps are counted from the push: steps trained while it was pending count toward the next
+    plan, so a worker pushes after its planned k steps, not k plus the steps of the wait. The
+    critical worker (the one the plan makes last, flagged in its reply) pushes at its planned
+    step and blocks for the reply: the round closes with its push and it does not overrun it.
     While waiting a worker trains at most as many steps as it was planned for the round (and at
     most ``max_wait_steps``): the wait is then no longer than a round, and the extra work in a
     delta stays proportional to the planned work, which keeps summed deltas stable.
@@ -272,12 +368,16 @@ class PspSchedule(Schedule):
                 return Action.WAIT
             limit = min(self.max_wait_steps, st.plan)
             return Action.WAIT if st.steps_while_pending >= limit else Action.CONTINUE
-        if st.steps_since_reply < st.plan:
+        # steps since the push: those trained while it was pending, then those since its reply
+        if st.steps_while_pending + st.steps_since_reply < st.plan:
             return Action.CONTINUE
-        return Action.PUSH if self.train_while_waiting else Action.PUSH_AND_WAIT
+        if st.critical or not self.train_while_waiting:
+            return Action.PUSH_AND_WAIT
+        return Action.PUSH
 
 
 def make(config, n_workers: int) -> tuple[PSP, PspSchedule]:
     """PSP's server policy and worker schedule for a config."""
-    return (PSP(n_workers, config.psp_k_max, config.psp_aggregate),
+    return (PSP(n_workers, config.psp_k_max, config.psp_aggregate, estimator=config.psp_estimator,
+                objective=config.psp_objective),
             PspSchedule(max_wait_steps=config.psp_k_max, train_while_waiting=config.psp_wait == "train"))

@@ -32,6 +32,7 @@ class WorkerState:
     rtt_ewma: float | None = None   # EWMA of exchange round-trip seconds (None before the first)
     busy: int = 0                   # the server's congestion hint from the last reply
     plan: int = 1                   # local steps the server asked for before the next push
+    critical: bool = False          # PSP: the next push closes the round (push on plan, block)
     max_skip: int = 0               # this worker's consecutive-skip bound (Schedule.setup sets it)
     skip_reason: str = ""           # why the schedule last chose CONTINUE (ESP: cost, value, busy)
     # ESP's probe and value inputs (see mpikanel.sync.esp)
