@@ -61,7 +61,6 @@ def test_esp_round_trips_see_the_link_and_every_merge_is_counted(tmp_path):
     for w in s["per_worker"]:
         # each reply was either taken at the end of the step it landed in or blocked for
         assert w["merges_after_step"] + w["merges_blocked"] == w["exchanges_completed"] == w["pushes"]
-        assert w["merge_lag_s"] >= 0
 
 
 def test_esp_skip_bound_holds(tmp_path):

@@ -132,6 +132,7 @@ class ServerCore:
         self.service_s = 0.0                       # EWMA of the seconds spent handling one push
         self.recv_bps = 0.0                        # EWMA of bytes per second received
         self._last_arrival: float | None = None
+        self._serviced = 0                         # pushes the transport reported handling
 
     @property
     def done(self) -> bool:
@@ -180,11 +181,14 @@ class ServerCore:
         self.params += delta
         st.deltas_applied += 1
         self.book.version += 1
-        self.update_norm = _ewma(self.update_norm, float(np.linalg.norm(delta)), st.deltas_applied)
+        # per local step, as the ESP value rule reads it (a delta of k steps carries k steps' worth)
+        per_step = float(np.linalg.norm(delta)) / max(1, int(self.book.steps[w]))
+        self.update_norm = _ewma(self.update_norm, per_step, st.deltas_applied)
 
     def observe_service(self, seconds: float, nbytes: int, now: float) -> None:
         """The transport handled one push of `nbytes` bytes in `seconds`, ending at `now`."""
-        n = int(self.stats.pushes.sum())
+        self._serviced += 1                 # a counter, not a sum over workers: O(1) per push
+        n = self._serviced
         self.service_s = _ewma(self.service_s, seconds, n)
         if self._last_arrival is not None and now > self._last_arrival:
             self.recv_bps = _ewma(self.recv_bps, nbytes / (now - self._last_arrival), n)
