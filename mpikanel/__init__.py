@@ -1,14 +1,15 @@
 """mpikanel: an MPI parameter server for distributed SGD with pluggable synchronization models.
 
 ``mpikanel.train(config, comm=None)`` trains collectively on an mpi4py communicator;
-``python -m mpikanel.train`` is the command-line entry point.
+``python -m mpikanel.train`` is the command-line entry point; ``mpikanel.load_model(PATH)`` loads a model
+saved with ``--save-model`` (no MPI needed).
 """
 from __future__ import annotations
 
 from typing import Any
 
 __version__ = "0.1.0"
-__all__ = ["__version__", "train", "TrainConfig", "make_config", "InputError", "TrainingError"]
+__all__ = ["__version__", "train", "TrainConfig", "make_config", "InputError", "TrainingError", "load_model"]
 
 from .config import TrainConfig, make_config
 from .errors import InputError, TrainingError
@@ -19,4 +20,7 @@ def __getattr__(name: str) -> Any:
     if name == "train":
         import importlib
         return importlib.import_module(".train", __name__)
+    if name == "load_model":          # lazy too: model files need h5py, not numba or MPI
+        from .model_io import load_model
+        return load_model
     raise AttributeError(f"module 'mpikanel' has no attribute {name!r}")

@@ -129,3 +129,8 @@ def _speed_share(w: int, step_s: np.ndarray | None, active: np.ndarray) -> float
 def total_samples(epochs: int, train_rows: int) -> int:
     """The shared budget: EPOCHS passes over the cluster's training rows."""
     return int(epochs) * int(train_rows)
+
+
+def fair_steps(epochs: int, train_rows: int, n_workers: int, batch_size: int) -> int:
+    """Steps of one worker's equal share of the budget (what '@P%' in a changing --slowdown counts)."""
+    return max(1, -(-total_samples(epochs, train_rows) // (n_workers * batch_size)))

@@ -76,6 +76,7 @@ class TrainConfig:
     keep_checkpoints: int = 3
     resume: str | None = None
     summary_json: str | None = None
+    save_model: str | None = None
     progress: str = "auto"
     quiet: bool = False
 
@@ -229,7 +230,9 @@ _HELP = {
     "psp_wait": "PSP: while a round closes fast workers keep training (train) or idle (idle: the "
                 "ZipLine-style ablation)",
     "slowdown": "straggler injection: RANK:FACTOR[,RANK:FACTOR] (worker RANK takes FACTOR x its "
-                "compute time per step) or lognormal:SIGMA (seeded factor per worker)",
+                "compute time per step), a changing worker RANK:A->B@STEP or RANK:A->B@P%% (A x until "
+                "that step or P%% of its fair share of the steps, B x after), or lognormal:SIGMA "
+                "(seeded factor per worker)",
     "pause_prob": "per-step probability of a transient pause on each worker",
     "pause_s": "duration in seconds of a transient pause",
     "link_delay": "slow link: RANK:SECONDS[,...] added to each message to the server ('*' = all workers)",
@@ -241,7 +244,8 @@ _HELP = {
                "before launching to allow more); the summary records what took effect",
     "metrics": "write the metrics file (HDF5: loss-vs-time curve, per-worker timings) to this path",
     "snapshot_interval": "seconds between parameter snapshots for the loss-vs-time curve",
-    "target_loss": "report the wall time at which the test loss first reaches this value",
+    "target_loss": "report the wall time after which the test loss stays at or below this value "
+                   "(time_to_target_s), and when it first reached it (first_touch_s)",
     "scenario": "label stored in the metrics file and summary (default: the injected heterogeneity)",
     "checkpoint_dir": "write HDF5 checkpoints here (at the end, every --checkpoint-every, and on "
                       "SIGTERM/SIGUSR1, after which the run exits with code 75)",
@@ -251,6 +255,8 @@ _HELP = {
     "resume": "resume from a checkpoint file, or 'latest' (newest valid in --checkpoint-dir; "
               "starts fresh if there is none)",
     "summary_json": "write the run summary as JSON to this path",
+    "save_model": "write the trained model (final parameters, model, classes, config) to this HDF5 file; "
+                  "load it with mpikanel.load_model or python -m mpikanel.predict",
     "progress": "progress bar on rank 0: on, off, or auto (on when started from an interactive "
                 "terminal: mpiexec gives ranks pipes, so auto looks at TERM, CI and SLURM_JOB_ID)",
     "quiet": "print nothing but errors",

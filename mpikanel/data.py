@@ -104,6 +104,16 @@ def load_test(spec: DataSpec, info: DataInfo) -> Shard:
     return _read_shard(src, info, _train_rows(spec, src), src.n_rows)
 
 
+def read_file(path: str, n_features: int | None = None) -> tuple[np.ndarray | CSR, np.ndarray]:
+    """All rows of one data file (.npz, .h5/.hdf5 or libsvm text) as (features, raw labels)."""
+    src = _open_path(path, n_features, None, "data")
+    X, y = src.read(0, src.n_rows)
+    if not isinstance(X, CSR):
+        X = np.ascontiguousarray(X, dtype=np.float32)
+        _check_finite(X, src, 0)
+    return X, y
+
+
 def shard_range(n_rows: int, n_parts: int, part: int) -> tuple[int, int]:
     """Return [start, stop) of part `part` in a balanced contiguous split of n_rows rows."""
     if n_rows < 0 or n_parts < 1 or not (0 <= part < n_parts):

@@ -6,8 +6,10 @@ the injected time gives the CPU to the other ranks.
 
 Spec syntax (worker ranks are 1..n_workers; rank 0 is the server):
 
-* ``slowdown``: ``"1:4"`` (rank 1 takes 4x its measured compute per step), ``"1:4,3:2"``, or
-  ``"lognormal:SIGMA"`` (factor per worker = exp(N(0, SIGMA^2)) clipped to >= 1; all
+* ``slowdown``: ``"1:4"`` (rank 1 takes 4x its measured compute per step), ``"1:4,3:2"``, a
+  changing worker ``"2:1->4@30%"`` (rank 2 runs at 1x, then at 4x from 30% of its fair share of
+  the budget's steps on; ``@STEP`` names an absolute step; ``"1:4->1@50%"`` is a straggler that
+  recovers), or ``"lognormal:SIGMA"`` (factor per worker = exp(N(0, SIGMA^2)) clipped to >= 1; all
   n_workers factors are drawn from the seed, so every rank sees the same factors).
 * ``pause_prob`` / ``pause_s``: each step pauses ``pause_s`` seconds with probability
   ``pause_prob``; the draw depends only on (seed, rank, step), never on timing.
@@ -49,10 +51,29 @@ class HeteroSpec:
 
 
 @dataclass(frozen=True)
+class _Change:
+    """A worker's slowdown changing mid-run: `after` from step `at` (or from `share` of its fair steps) on."""
+
+    after: float
+    at: int | None = None
+    share: float | None = None
+
+    def start_step(self, expected_steps: int | None) -> int:
+        """The first step (1-based) that runs at the new factor."""
+        if self.at is not None:
+            return self.at
+        if expected_steps is None:
+            raise InputError("--slowdown with '@P%' needs the run's step count (not known here); "
+                             "give an absolute step, e.g. '2:1->4@50'")
+        return max(1, int(round(self.share * expected_steps)) + 1)
+
+
+@dataclass(frozen=True)
 class _Parsed:
     """A validated spec: per-rank maps, or a lognormal sigma for slowdowns."""
 
     factors: dict[int, float]
+    changes: dict[int, "_Change"]        # rank -> its factor from a step on
     lognormal_sigma: float | None
     delays: dict[int, float]             # key 0 stands for "*" (every worker)
     bandwidths: dict[int, float]         # key 0 stands for "*" (every worker)
@@ -66,23 +87,69 @@ def parse_hetero(spec: HeteroSpec, n_workers: int) -> None:
 def _parse(spec: HeteroSpec, n_workers: int) -> _Parsed:
     if n_workers < 1:
         raise InputError(f"heterogeneity needs at least one worker, got {n_workers}")
-    sigma, factors = _parse_slowdown(spec.slowdown, n_workers)
+    sigma, factors, changes = _parse_slowdown(spec.slowdown, n_workers)
     _check_pause(spec.pause_prob, spec.pause_s)
     delays = _parse_rank_map("link-delay", spec.link_delay, n_workers, _check_delay)
     bandwidths = _parse_rank_map("link-bandwidth", spec.link_bandwidth, n_workers, _check_bandwidth)
-    return _Parsed(factors, sigma, delays, bandwidths)
+    return _Parsed(factors, changes, sigma, delays, bandwidths)
 
 
-def _parse_slowdown(text: str | None, n_workers: int) -> tuple[float | None, dict[int, float]]:
+def _parse_slowdown(text: str | None, n_workers: int) -> tuple[float | None, dict[int, float], dict[int, _Change]]:
     if text is None or not text.strip():
-        return None, {}
+        return None, {}, {}
     head, _, rest = text.strip().partition(":")
     if head.strip().lower() == "lognormal":
         sigma = _number("slowdown", rest, text)
         if not (math.isfinite(sigma) and sigma >= 0):
             raise InputError(f"--slowdown lognormal sigma must be a finite number >= 0, got {rest.strip()!r}")
-        return sigma, {}
-    return None, _parse_rank_map("slowdown", text, n_workers, _check_factor, allow_star=False)
+        return sigma, {}, {}
+    changes: dict[int, _Change] = {}
+    plain = []
+    for entry in text.split(","):
+        rank_text, _, value = entry.strip().partition(":")
+        if "->" not in value:
+            plain.append(entry)
+            continue
+        rank = _rank("slowdown", rank_text.strip(), n_workers, False, text)
+        if rank in changes:
+            raise InputError(f"--slowdown: rank {rank} given twice in {text!r}")
+        changes[rank] = _parse_change(value, text)
+    factors = _parse_rank_map("slowdown", ",".join(plain), n_workers, _check_factor, allow_star=False)
+    for rank, change in changes.items():
+        if rank in factors:
+            raise InputError(f"--slowdown: rank {rank} given twice in {text!r}")
+        factors[rank] = change.before
+    return None, factors, {r: c.change for r, c in changes.items()}
+
+
+@dataclass(frozen=True)
+class _ParsedChange:
+    before: float
+    change: _Change
+
+
+def _parse_change(value: str, whole: str) -> _ParsedChange:
+    """Parse "A->B@STEP" or "A->B@P%" (one rank's changing slowdown)."""
+    before_text, _, rest = value.partition("->")
+    after_text, sep, at_text = rest.partition("@")
+    if not sep or not at_text.strip():
+        raise InputError(f"--slowdown: bad change {value.strip()!r} in {whole!r}; expected RANK:A->B@STEP "
+                         f"or RANK:A->B@P% (for example '2:1->4@30%')")
+    before = _check_factor("slowdown", _number("slowdown", before_text, whole))
+    after = _check_factor("slowdown", _number("slowdown", after_text, whole))
+    at_text = at_text.strip()
+    if at_text.endswith("%"):
+        share = _number("slowdown", at_text[:-1], whole) / 100.0
+        if not 0.0 <= share <= 1.0:
+            raise InputError(f"--slowdown: change point {at_text!r} in {whole!r} must be in 0%..100%")
+        return _ParsedChange(before, _Change(after, share=share))
+    try:
+        at = int(at_text)
+    except ValueError:
+        raise InputError(f"--slowdown: change point {at_text!r} in {whole!r} is neither a step nor P%") from None
+    if at < 1:
+        raise InputError(f"--slowdown: change step must be >= 1, got {at} in {whole!r}")
+    return _ParsedChange(before, _Change(after, at=at))
 
 
 def _parse_rank_map(name: str, text: str | None, n_workers: int, check,
@@ -178,7 +245,7 @@ def uniform_draw(seed: int, rank: int, step: int, stream: int = _PAUSE_STREAM) -
 class Injector:
     """Per-worker schedule of injected delays; pure: the caller sleeps."""
 
-    def __init__(self, spec: HeteroSpec, rank: int, n_workers: int):
+    def __init__(self, spec: HeteroSpec, rank: int, n_workers: int, expected_steps: int | None = None):
         parsed = _parse(spec, n_workers)
         if not 0 <= rank <= n_workers:
             raise ValueError(f"rank {rank} is neither the server (0) nor a worker (1..{n_workers})")
@@ -188,6 +255,9 @@ class Injector:
         self.injected_s = 0.0            # total delay handed out (compute + link)
         worker = rank >= 1               # the server (rank 0) gets no injection
         self.factor = _factor(parsed, rank, n_workers, spec.seed) if worker else 1.0
+        change = parsed.changes.get(rank) if worker else None
+        # (first step at the new factor, new factor); None: the factor never changes
+        self.change = (change.start_step(expected_steps), change.after) if change is not None else None
         self.pause_prob = spec.pause_prob if worker and spec.pause_s > 0 else 0.0
         self.pause_s = spec.pause_s if self.pause_prob > 0 else 0.0
         self.link_s = parsed.delays.get(rank, parsed.delays.get(0, 0.0)) if worker else 0.0
@@ -199,10 +269,16 @@ class Injector:
             return False
         return uniform_draw(self.spec.seed, self.rank, step) < self.pause_prob
 
+    def factor_at(self, step: int) -> float:
+        """The slowdown factor of this worker's `step` (1-based)."""
+        if self.change is not None and step >= self.change[0]:
+            return self.change[1]
+        return self.factor
+
     def compute_delay(self, measured_compute_s: float) -> float:
         """Extra seconds for this step: (factor-1)*measured plus a seeded pause; call once per step."""
         self.step += 1
-        delay = (self.factor - 1.0) * max(0.0, measured_compute_s)
+        delay = (self.factor_at(self.step) - 1.0) * max(0.0, measured_compute_s)
         if self.pauses_at(self.step):
             delay += self.pause_s
         self.injected_s += delay
@@ -219,7 +295,7 @@ class Injector:
     @property
     def active(self) -> bool:
         """Whether anything is injected for this worker."""
-        return (self.factor > 1.0 or self.pause_prob > 0 or self.link_s > 0
+        return (self.factor > 1.0 or self.change is not None or self.pause_prob > 0 or self.link_s > 0
                 or self.bandwidth is not None)
 
 

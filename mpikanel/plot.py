@@ -134,25 +134,31 @@ def _save(plt: Any, fig: Any, path: str | Path) -> None:
 
 
 def plot_psp_predictions(runs: Sequence[dict], path: str | Path) -> None:
-    """PSP runs: predicted vs actual arrival (seconds after each round's release) of every push."""
+    """PSP runs: predicted vs actual arrival of every push (top) and both over the rounds (bottom)."""
     plt = _pyplot()
     psp = [(label, run["summary"]["psp"]) for label, run in zip(_labels(runs), runs) if run["summary"].get("psp")]
     if not psp:
         raise InputError("no PSP run among the metrics files (nothing for --psp)")
-    fig, axes = plt.subplots(1, len(psp), figsize=(5 * len(psp), 4.5), squeeze=False, layout="constrained")
-    for ax, (label, rec) in zip(axes[0], psp):
+    fig, axes = plt.subplots(2, len(psp), figsize=(5 * len(psp), 8), squeeze=False, layout="constrained")
+    for col, (label, rec) in enumerate(psp):
+        ax, track = axes[0][col], axes[1][col]
         predicted = np.array(rec["predicted_s"], dtype=float)
         actual = np.array(rec["actual_s"], dtype=float)
         ok = actual >= 0                              # -1: the worker did not push in that round
+        rounds = np.arange(len(predicted))
         for w in range(predicted.shape[1] if predicted.ndim == 2 else 0):
             m = ok[:, w]
-            ax.scatter(predicted[m, w] * 1e3, actual[m, w] * 1e3, s=10, label=f"worker {w + 1}")
+            dots = ax.scatter(predicted[m, w] * 1e3, actual[m, w] * 1e3, s=10, label=f"worker {w + 1}")
+            track.plot(rounds, predicted[:, w] * 1e3, lw=1, color=dots.get_facecolor()[0])
+            track.scatter(rounds[m], actual[m, w] * 1e3, s=6, color=dots.get_facecolor()[0])
         hi = float(np.nanmax(np.concatenate([predicted[ok], actual[ok]]))) * 1e3 if ok.any() else 1.0
         ax.plot([0, hi], [0, hi], "k--", lw=1, label="exact")
         ax.set_xlabel("predicted arrival after release (ms)")
         ax.set_ylabel("actual arrival (ms)")
         ax.set_title(f"{label}: {rec['rounds']} rounds, {rec['fallback_rounds']} BSP fallback")
         ax.legend(fontsize=7)
+        track.set_xlabel("round")
+        track.set_ylabel("arrival after release (ms): predicted (line), actual (dots)")
     _save(plt, fig, path)
 
 

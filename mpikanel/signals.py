@@ -1,4 +1,4 @@
-"""Stop signals: SIGTERM/SIGUSR1 (what SLURM sends before a time limit) set a flag the run polls."""
+"""Stop signals: SIGTERM/SIGUSR1 (what SLURM sends before a time limit) and SIGINT (Ctrl-C) set a flag the run polls."""
 from __future__ import annotations
 
 import signal
@@ -12,10 +12,11 @@ class StopSignals:
     through the batch script's trap) are harmless; the run checkpoints once and exits 75.
     """
 
-    SIGNALS = ("SIGTERM", "SIGUSR1")
+    SIGNALS = ("SIGTERM", "SIGUSR1", "SIGINT")
 
     def __init__(self, enabled: bool) -> None:
         self.flag = False
+        self.signum = 0                  # the first stop signal that arrived
         self.previous: dict = {}
         if enabled and threading.current_thread() is threading.main_thread():
             for name in self.SIGNALS:
@@ -24,6 +25,8 @@ class StopSignals:
                     self.previous[sig] = signal.signal(sig, self._handle)
 
     def _handle(self, signum, frame) -> None:
+        if not self.flag:
+            self.signum = signum
         self.flag = True
 
     def requested(self) -> bool:

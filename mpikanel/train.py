@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import sys
 import time
 import types
@@ -28,7 +29,8 @@ from .config import TrainConfig, make_config
 from .data import DataInfo, DataSpec, Shard, describe, load_rows, load_test, shard_range
 from . import checkpoint as ckpt_mod
 from .errors import InputError
-from .budget import Budget, total_samples
+from .budget import Budget, fair_steps, total_samples
+from .model_io import save_model
 from .engine.server_core import ServerCore
 from .hetero import HeteroSpec, Injector, ServerDelay, describe_hetero, parse_hetero
 from .kernels import BoundModel, Model, bind, get_model, set_threads, warmup
@@ -101,6 +103,9 @@ def _describe_checked(config: TrainConfig, n_workers: int) -> tuple[DataInfo, Mo
     parse_hetero(hetero_spec(config), n_workers)
     if config.server_delay:
         ServerDelay(config.server_delay)
+    for flag, path in (("--save-model", config.save_model), ("--metrics", config.metrics)):
+        if path and not os.path.isdir(os.path.dirname(os.path.abspath(path))):
+            raise InputError(f"{flag} {path}: its directory does not exist")
     info = describe(data_spec(config))
     if info.n_classes < model.min_classes or (model.max_classes and info.n_classes > model.max_classes):
         hint = " (use --model softmax)" if info.n_classes > 2 else ""
@@ -293,7 +298,8 @@ def _work(comm, s: Setup, params: np.ndarray, rank: int, state: dict | None, sto
     client = WorkerClient(comm, s.n_params)
     client.stop_requested = stop.requested
     rng = np.random.default_rng([config.seed, rank])
-    injector = Injector(hetero_spec(config), rank, n_workers)
+    injector = Injector(hetero_spec(config), rank, n_workers,
+                        fair_steps(config.epochs, s.train_rows, n_workers, config.batch_size))
     try:
         _, stats = run_worker(client, s.shard, params, s.plan, rng, rank, injector,
                               schedule_for(config, n_workers), resume=state)
@@ -341,6 +347,9 @@ def publish(s: Setup, params: np.ndarray, initial: np.ndarray, losses: list, wor
                       {"sync": s.config.sync, "model": s.model.name, "workers": summary["workers"],
                        "seed": s.config.seed, "scenario": summary["scenario"],
                        "command": " ".join(sys.argv), "versions": summary["versions"]})
+    if s.config.save_model:
+        save_model(s.config.save_model, params, s.config.to_dict(), s.info.n_features, s.info.label_values)
+        summary["model_file"] = s.config.save_model
     if s.config.summary_json:
         with open(s.config.summary_json, "w") as fh:
             json.dump(summary, fh, indent=2)
@@ -412,8 +421,10 @@ def main(argv: list[str] | None = None) -> int:
     def body(config: TrainConfig, world) -> int:
         if not config.checkpoint_dir:
             stop.restore()            # nothing to checkpoint: signals end the job as usual
-            if stop.requested():
-                return 128 + 15
+            if stop.requested():          # a signal during start-up
+                if stop.signum == signal.SIGINT and world.Get_rank() == 0:
+                    print("mpikanel: interrupted", file=sys.stderr, flush=True)
+                return 128 + (stop.signum or 15)
         return EXIT_CHECKPOINTED if train(config, world, _stop=stop)["stopped"] else 0
 
     return run_cli("mpikanel", body, argv)

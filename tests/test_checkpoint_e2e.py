@@ -60,14 +60,14 @@ def test_bsp_resume_from_any_checkpoint_is_bitwise_identical(tmp_path):
         assert [w["steps"] for w in resumed["per_worker"]] == [w["steps"] for w in full["per_worker"]]
 
 
-@pytest.mark.parametrize("sig", [signal.SIGUSR1, signal.SIGTERM])
+@pytest.mark.parametrize("sig", [signal.SIGUSR1, signal.SIGTERM, signal.SIGINT])
 def test_signal_checkpoints_exits_75_and_resume_latest_finishes(sig, tmp_path):
     ck = tmp_path / "ck"
     summary = tmp_path / "stopped.json"
     proc = start(4, *LONG, "--checkpoint-dir", str(ck), "--checkpoint-every", "0.5",
                  "--summary-json", str(summary))
     wait_for(ck, 1, proc)
-    proc.send_signal(sig)                            # mpiexec forwards it to every rank
+    signal_ranks(proc, sig, 4)
     rc, out, err = finish(proc)
     assert rc == 75, err
     stopped = json.loads(summary.read_text())
@@ -81,6 +81,42 @@ def test_signal_checkpoints_exits_75_and_resume_latest_finishes(sig, tmp_path):
     assert max(steps) - min(steps) <= 1      # BSP: lockstep, the budget's last partial step on some workers only
     # the shared budget went through the stop and the resume: no sample lost or repeated
     assert resumed["samples"] == resumed["samples_budget"] == 30 * 90000
+
+
+def signal_ranks(proc, sig, n):
+    """Deliver `sig` as a launcher that forwards it does. Hydra forwards SIGTERM/SIGUSR1 from
+    mpiexec; Intel MPI's mpiexec fails to forward SIGINT here ("can't write to socket from
+    signal_cb"; each rank is in its own process group), so SIGINT goes to every rank directly, as
+    srun and Open MPI's launcher deliver it."""
+    if sig != signal.SIGINT:
+        proc.send_signal(sig)
+        return
+    for pid in rank_pids(proc.pid, n, timeout=60).values():
+        os.kill(pid, sig)
+
+
+def wait_mpi_started(proc, n, timeout=90):
+    """Until every rank has MPI loaded (past Python's start-up, with mpikanel's handlers installed)."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        pids = rank_pids(proc.pid, n, timeout=timeout).values()
+        if all(b"libmpi" in Path(f"/proc/{pid}/maps").read_bytes() for pid in pids):
+            return
+        time.sleep(0.2)
+    os.killpg(proc.pid, signal.SIGKILL)
+    pytest.fail("MPI did not start")
+
+
+def test_ctrl_c_without_checkpoints_is_one_line_and_exit_130(tmp_path):
+    proc = start(4, *LONG)
+    wait_mpi_started(proc, 4)
+    time.sleep(1.0)                 # set-up or training (30 epochs take far longer): both must end so
+    assert proc.poll() is None, proc.stderr.read()
+    signal_ranks(proc, signal.SIGINT, 4)
+    rc, _, err = finish(proc)
+    assert rc == 130, err
+    assert err.count("mpikanel: interrupted") == 1, err
+    assert "Traceback" not in err and "KeyboardInterrupt" not in err
 
 
 @pytest.mark.parametrize("sync", ["esp", "psp", "ssp"])

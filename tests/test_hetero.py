@@ -131,3 +131,32 @@ def test_pure_modules_do_not_import_mpi():
     code = ("import sys, mpikanel.hetero, mpikanel.metrics, mpikanel.plot; "
             "sys.exit('mpi4py' in sys.modules)")
     assert subprocess.run([sys.executable, "-c", code]).returncode == 0
+
+
+def test_a_worker_that_slows_down_mid_run():
+    spec = HeteroSpec(slowdown="2:1->4@50%")
+    w = Injector(spec, 2, 3, expected_steps=10)
+    assert [w.factor_at(s) for s in (1, 5, 6, 20)] == [1.0, 1.0, 4.0, 4.0]
+    delays = [w.compute_delay(0.01) for _ in range(7)]
+    assert delays[:5] == [0.0] * 5 and delays[5:] == pytest.approx([0.03, 0.03])
+    assert w.active and Injector(spec, 1, 3, expected_steps=10).factor_at(9) == 1.0
+
+
+def test_a_straggler_that_recovers_at_an_absolute_step():
+    w = Injector(HeteroSpec(slowdown="1:4->1@3,2:2"), 1, 2)
+    assert [w.factor_at(s) for s in (1, 2, 3, 4)] == [4.0, 4.0, 1.0, 1.0]
+    assert Injector(HeteroSpec(slowdown="1:4->1@3,2:2"), 2, 2).factor_at(9) == 2.0
+
+
+@pytest.mark.parametrize("text,match", [
+    ("1:1->4", "A->B@STEP"), ("1:1->4@", "A->B@STEP"), ("1:1->0.5@3", ">= 1"), ("1:1->4@x", "neither a step"),
+    ("1:1->4@0", ">= 1"), ("1:1->4@150%", "0%..100%"), ("1:1->4@3,1:2", "twice"), ("9:1->4@3", "not a worker"),
+])
+def test_bad_changing_slowdowns(text, match):
+    with pytest.raises(InputError, match=match):
+        parse_hetero(HeteroSpec(slowdown=text), 4)
+
+
+def test_a_share_needs_the_step_count():
+    with pytest.raises(InputError, match="absolute step"):
+        Injector(HeteroSpec(slowdown="1:1->4@30%"), 1, 2)

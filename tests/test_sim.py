@@ -120,3 +120,20 @@ def test_cli_rejects_checkpoints_and_bad_models(capsys):
     assert sim_main(["--workers", "2", "--sim-bandwidth", "0", "--quiet"]) == 2
     with pytest.raises(InputError):
         simulate(make_config(SMALL), SimOptions(0, step_time=STEP))
+
+
+def test_psp_follows_a_worker_that_slows_down_mid_run():
+    # worker 2 turns 4x slower at 30% of its steps: the plan then gives it the fewest steps
+    k = np.array(run(sync="psp", slowdown="2:1->4@30%", epochs=6)["psp"]["k"])
+    n = len(k)
+    assert (k[2:n // 5].max(axis=1) == 1).mean() >= 0.9          # before: everyone alike
+    late = k[n // 2:n - n // 5]
+    assert len(late) >= 5 and (late[:, 1] < late[:, 0]).mean() >= 0.85
+
+
+def test_psp_follows_a_straggler_that_recovers():
+    # worker 2 starts 4x slow and recovers early: within a few rounds everyone is planned alike
+    k = np.array(run(sync="psp", slowdown="2:4->1@8%", epochs=6)["psp"]["k"])
+    n = len(k)
+    assert (k[:8, 1] < k[:8, 0]).all()
+    assert (k[n // 4:].max(axis=1) == 1).mean() >= 0.9

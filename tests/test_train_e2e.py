@@ -6,6 +6,7 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from launch import clean_env, mpiexec, run_train
@@ -180,3 +181,33 @@ def test_asp_soak_sixteen_ranks_loses_nothing(tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert s["deltas_sent"] >= 30_000
     assert_no_lost_work(s)
+
+
+def test_save_model_and_export_checkpoint_give_the_runs_test_accuracy(tmp_path):
+    from mpikanel import load_model
+    from mpikanel.config import make_config
+    from mpikanel.data import describe, load_test
+    from mpikanel.predict import main as predict_main
+    from mpikanel.train import data_spec
+
+    ck = tmp_path / "ck"
+    proc, s = run_train(3, *SMALL, "--save-model", str(tmp_path / "model.h5"), "--checkpoint-dir", str(ck),
+                        tmp_path=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert s["model_file"] == str(tmp_path / "model.h5")
+    spec = data_spec(make_config(synthetic_rows=20000))
+    info = describe(spec)
+    test = load_test(spec, info)
+    labels = np.asarray(info.label_values)[test.y]
+    model = load_model(tmp_path / "model.h5")
+    assert model.score(test.X, labels) == pytest.approx(s["test_accuracy"], abs=1e-3)
+    # the final checkpoint holds the same parameters: exported, it is the same model
+    final = sorted(ck.glob("ckpt-*.h5"))[-1]
+    assert predict_main(["--export", str(final), "--model", str(tmp_path / "export.h5")]) == 0
+    assert np.array_equal(load_model(tmp_path / "export.h5").params, model.params)
+
+
+def test_save_model_into_a_missing_directory_is_refused_before_training(tmp_path):
+    proc, _ = run_train(2, *SMALL, "--save-model", str(tmp_path / "nowhere" / "m.h5"))
+    assert proc.returncode == 2 and "does not exist" in proc.stderr
+    assert "Traceback" not in proc.stderr

@@ -122,7 +122,7 @@ def train_allreduce(config: TrainConfig, comm: Any, kind: str, every: int, scale
                                                      np.random.default_rng([config.seed, 12345])), dtype=np.float64)
     local, delta, summed = params.copy(), np.zeros(n_params), np.zeros(n_params)
     scratch = s.shard.scratch()
-    injector = Injector(hetero_spec(config), rank + 1, size)
+    injector = Injector(hetero_spec(config), rank + 1, size, n_steps)
     cursor = BatchCursor(s.shard.rows, StepPlan(n_steps, config.batch_size, config.lr, config.l2, s.n_classes,
                                                 n_steps), np.random.default_rng([config.seed, rank + 1]))
     recorder = SnapshotRecorder(config.snapshot_interval) if rank == 0 else None

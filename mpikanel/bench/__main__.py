@@ -12,6 +12,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "kernels": ("mpikanel.bench.kernels", "one SGD epoch per model, dense and CSR, vs memory bandwidth and sklearn"),
     "mpi": ("mpikanel.bench.mpi", "the same workloads under each installed MPI (Open MPI, MPICH, Intel MPI), one table"),
     "sync": ("mpikanel.bench.sync", "time to a target loss of each sync model and baseline, per scenario"),
+    "psp-plan": ("mpikanel.bench.psp_plan", "PSP planning time per round and per push at 100 to 10,000 workers"),
     "simcheck": ("mpikanel.bench.simcheck", "replay real runs in the simulator and compare wait, pushes, staleness"),
 }
 

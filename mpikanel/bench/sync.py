@@ -31,7 +31,8 @@ Every run processes the same work, EPOCHS x training rows samples (``--budget sh
 
 Scenarios: homogeneous, straggler (``--slowdown 1:4``), lognormal (``--slowdown lognormal:0.5``),
 slow-link (``--link-delay 1:0.03``), congested (``--server-delay 0.004``: a seeded service time
-per push on the server, on the same rank count). A homogeneous run whose largest realized
+per push on the server, on the same rank count), and a changing cluster: slowing (``--slowdown
+2:1->4@30%``) and recovering (``--slowdown 1:4->1@50%``). A homogeneous run whose largest realized
 step-time ratio (``per_worker[i].step_time_rel``: seconds per step, compute plus injection,
 relative to the fastest worker) exceeds 1.3 is flagged: CPU contention, not the sync model,
 decided it.
@@ -75,6 +76,9 @@ SCENARIOS: dict[str, dict[str, str]] = {
     "slow-link": {"link-delay": "1:0.03"},     # ~10x a ~3 ms exchange of the default workload
     # a service time per push on the server (~ a step's compute): pushes queue at the server
     "congested": {"server-delay": "0.004"},
+    # a changing cluster: worker 2 turns 4x slower at 30% of its steps; worker 1 recovers at half
+    "slowing": {"slowdown": "2:1->4@30%"},
+    "recovering": {"slowdown": "1:4->1@50%"},
 }
 DEFAULT_SCENARIOS = ("homogeneous", "straggler", "slow-link")
 WORKLOAD = {"synthetic-rows": "100000", "synthetic-features": "1000", "batch-size": "2048",
@@ -528,7 +532,7 @@ def scenario_section(args: argparse.Namespace, out: Path, scenario: str, models:
 
 def _plots(out: Path, scenario: str, runs_by_model: dict[str, dict], target: float | None, ranks: int) -> list[str]:
     """Validation-loss and timeline charts of each model's first-seed run at its chosen rate."""
-    from ..plot import plot_loss_curves, plot_timeline
+    from ..plot import plot_loss_curves, plot_psp_predictions, plot_timeline
 
     runs = []
     for model, r in runs_by_model.items():
@@ -542,9 +546,12 @@ def _plots(out: Path, scenario: str, runs_by_model: dict[str, dict], target: flo
         plot_loss_curves(runs, loss, target, logy=True, keys=("val_loss",),
                          title=f"{scenario}: validation loss vs wall time ({ranks} ranks, chosen rates)")
         plot_timeline(runs, timeline)
+        psp = [m for m in runs if m["summary"].get("psp")]
+        if psp:
+            plot_psp_predictions(psp, out / f"{scenario}-psp-predicted.png")
     except InputError as exc:
         return [f"plots skipped: {exc}"]
-    return [loss.name, timeline.name]
+    return [loss.name, timeline.name] + ([f"{scenario}-psp-predicted.png"] if psp else [])
 
 
 def git_commit() -> str:

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import sys
+import time
 import traceback
 from typing import Callable
 
@@ -14,7 +15,8 @@ def run_cli(prog: str, body: Callable[[TrainConfig, object], int], argv: list[st
     """Parse flags, run body(config, COMM_WORLD) and map failures to exit codes.
 
     2 for bad input (raised identically on every rank during set-up, printed once by rank 0);
-    any other exception prints a message naming the rank (with a traceback unless it is an
+    Ctrl-C (SIGINT) without checkpoints: one line from rank 0 and an abort with code 130 (ranks
+    blocked in MPI would not see the signal); any other exception prints a message naming the rank (with a traceback unless it is an
     expected TrainingError) and aborts every rank, so a failure never leaves a job hanging.
     """
     environment.prepare_environment()
@@ -34,6 +36,13 @@ def run_cli(prog: str, body: Callable[[TrainConfig, object], int], argv: list[st
         if world.Get_rank() == 0:
             print(f"{prog}: error: {exc}", file=sys.stderr, flush=True)
         return 2
+    except KeyboardInterrupt:
+        if world.Get_rank() == 0:
+            print(f"{prog}: interrupted", file=sys.stderr, flush=True)
+        else:
+            time.sleep(2.0)        # Ctrl-C reaches every rank: let rank 0 say it once and abort
+        world.Abort(130)           # peers blocked inside MPI never return to Python to see the signal
+        return 130
     except BaseException as exc:  # noqa: BLE001 - any failure must end the whole job
         detail = "" if isinstance(exc, TrainingError) else "".join(traceback.format_exception(exc))
         print(f"{detail}{prog}: rank {world.Get_rank()} failed: {type(exc).__name__}: {exc}; "

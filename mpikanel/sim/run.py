@@ -14,6 +14,7 @@ from ..config import TrainConfig
 from ..data import load_rows, load_test, shard_range
 from ..engine.server_core import ServerCore
 from ..engine.worker_core import StepPlan, worker_core
+from ..budget import fair_steps
 from ..errors import InputError
 from ..hetero import Injector, ServerDelay
 from ..kernels import bind, get_model, set_threads, warmup
@@ -68,7 +69,8 @@ def simulate(config: TrainConfig, opts: SimOptions) -> dict:
     injected = hetero_spec(config)
     if opts.replay:     # replayed step times already hold the slowdown and pauses the real run saw
         injected = dataclasses.replace(injected, slowdown=None, pause_prob=0.0, pause_s=0.0)
-    injectors = [Injector(injected, w + 1, n) for w in range(n)]
+    fair = fair_steps(config.epochs, train_rows, n, config.batch_size)
+    injectors = [Injector(injected, w + 1, n, fair) for w in range(n)]
     service = ServerDelay(config.server_delay, config.seed) if config.server_delay else None
     sim = Simulator(core, [], injectors, step_s, config.batch_size, opts.network, opts.server, service,
                     clock=time.perf_counter)

@@ -1,0 +1,187 @@
+"""The trained model out of a run: one small HDF5 file, loaded without MPI, in scikit-learn's conventions.
+
+Layout of a model file (``--save-model PATH``, :func:`export_checkpoint`):
+  attrs     format "mpikanel-model", schema, mpikanel version, model (name), hidden, activation,
+            n_features, classes (JSON list of the original label values, class index order),
+            config (JSON of the run's TrainConfig)
+  /params   the final global parameters (float64), in the kernels' layout (see
+            ``mpikanel/kernels/_linear.py`` and ``mlp.py``)
+
+:class:`TrainedModel` computes scores with numpy from that layout (no numba, no MPI), so it
+works on any machine with numpy and h5py; dense arrays and scipy.sparse matrices are accepted.
+"""
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .errors import InputError
+
+FORMAT = "mpikanel-model"
+SCHEMA = 1
+LINEAR = ("logistic", "softmax", "svm", "lsq")
+PROBABILISTIC = ("logistic", "softmax", "mlp")
+
+
+def save_model(path: str | Path, params: np.ndarray, config: dict, n_features: int, classes: tuple) -> Path:
+    """Write the final parameters and what is needed to use them; atomic (temporary file, rename)."""
+    import h5py
+
+    from . import __version__
+
+    p = Path(path)
+    tmp = p.with_name(f".{p.name}.tmp{os.getpid()}")
+    try:
+        with h5py.File(tmp, "w") as f:
+            f.attrs.update(format=FORMAT, schema=SCHEMA, mpikanel_version=__version__, model=str(config["model"]),
+                           hidden=int(config.get("hidden", 64)), activation=str(config.get("activation", "relu")),
+                           n_features=int(n_features), classes=json.dumps([_plain(c) for c in classes]),
+                           config=json.dumps(config, default=str))
+            f.create_dataset("params", data=np.asarray(params, dtype=np.float64))
+        os.replace(tmp, p)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        raise InputError(f"{p}: cannot write the model: {exc.strerror or exc}") from None
+    return p
+
+
+def _plain(value: Any) -> Any:
+    return value.item() if isinstance(value, np.generic) else value
+
+
+def load_model(path: str | Path) -> "TrainedModel":
+    """Read a model file written by ``--save-model`` (or exported from a checkpoint)."""
+    import h5py
+
+    p = Path(path)
+    if not p.is_file():
+        raise InputError(f"{p}: no such model file")
+    try:
+        with h5py.File(p, "r", locking=False) as f:
+            a = f.attrs
+            if a.get("format") != FORMAT:
+                raise InputError(f"{p}: not an mpikanel model file (a checkpoint? export it with "
+                                 f"python -m mpikanel.predict --export CKPT --model OUT)")
+            if int(a.get("schema", -1)) != SCHEMA:
+                raise InputError(f"{p}: model schema {a.get('schema')}, this mpikanel reads schema {SCHEMA}")
+            return TrainedModel(f["params"][()], str(a["model"]), int(a["n_features"]),
+                                tuple(json.loads(a["classes"])), int(a["hidden"]), str(a["activation"]),
+                                json.loads(a["config"]))
+    except InputError:
+        raise
+    except (OSError, KeyError, ValueError, TypeError) as exc:
+        raise InputError(f"{p}: corrupted or truncated model file ({str(exc).splitlines()[0] if str(exc) else exc!r})") from None
+
+
+def export_checkpoint(checkpoint: str | Path, path: str | Path) -> Path:
+    """Write a checkpoint's global parameters as a model file (the data is described again for its labels)."""
+    from .checkpoint import load
+    from .config import make_config
+    from .data import describe
+    from .train import data_spec
+
+    ckpt = load(checkpoint)
+    config = make_config(ckpt.config)
+    info = describe(data_spec(config))
+    return save_model(path, ckpt.params, config.to_dict(), info.n_features, info.label_values)
+
+
+def _matmul(X: Any, W: np.ndarray) -> np.ndarray:
+    """X @ W for a dense array, a scipy.sparse matrix or an mpikanel CSR block."""
+    if _is_csr(X):
+        rows = np.repeat(np.arange(X.shape[0]), np.diff(X.indptr))
+        out = np.zeros((X.shape[0], W.shape[1]))
+        np.add.at(out, rows, X.data[:, None].astype(np.float64) * W[X.indices])
+        return out
+    return np.asarray(X @ W, dtype=np.float64)
+
+
+def _is_csr(X: Any) -> bool:
+    """An mpikanel CSR block (duck-typed: importing mpikanel.kernels would load numba)."""
+    return type(X).__name__ == "CSR" and hasattr(X, "indptr") and not hasattr(X, "tocsr")
+
+
+class TrainedModel:
+    """A trained mpikanel model: ``predict``, ``decision_function``, ``score`` and, for the models with
+    probabilities (logistic, softmax, mlp), ``predict_proba``; attributes ``classes_``, ``n_features_in_``."""
+
+    def __init__(self, params: np.ndarray, model: str, n_features: int, classes: tuple, hidden: int = 64,
+                 activation: str = "relu", config: dict | None = None) -> None:
+        if model not in LINEAR and model != "mlp":
+            raise InputError(f"model {model!r}: only the built-in models ({', '.join(LINEAR)}, mlp) can be "
+                             f"loaded without their kernels")
+        self.model, self.n_features_in_, self.config = model, int(n_features), dict(config or {})
+        self.classes_ = np.asarray(classes)
+        self.params = np.asarray(params, dtype=np.float64)
+        d, C = self.n_features_in_, len(classes)
+        if model == "mlp":
+            H = (self.params.size - C) // (d + C + 1)
+            if H < 1 or H * (d + C + 1) + C != self.params.size:
+                raise InputError(f"mlp: {self.params.size} parameters do not fit {d} features and {C} classes")
+            p = self.params
+            self.W1, self.W2 = p[:d * H].reshape(d, H), p[d * H:d * H + C * H].reshape(C, H)
+            self.b1, self.b2 = p[d * H + C * H:d * H + C * H + H], p[d * H + C * H + H:]
+            if activation not in ("relu", "tanh"):
+                raise InputError(f"mlp: unknown activation {activation!r}")
+            self.activation = activation
+        else:
+            U = 1 if model == "logistic" else C
+            if self.params.size != U * (d + 1):
+                raise InputError(f"{model}: {self.params.size} parameters do not fit {d} features and {C} classes")
+            self.W, self.b = self.params[:d * U].reshape(d, U), self.params[d * U:]
+
+    def _check(self, X: Any) -> Any:
+        if _is_csr(X):
+            Xc = X
+        elif hasattr(X, "tocsr") and hasattr(X, "shape"):          # scipy.sparse: kept sparse
+            Xc = X.tocsr()
+        else:
+            Xc = np.asarray(X, dtype=np.float64)
+            if Xc.ndim == 1:
+                Xc = Xc[None, :]
+        if len(Xc.shape) != 2 or Xc.shape[1] != self.n_features_in_:
+            raise InputError(f"X has {Xc.shape[-1]} features, the model was trained on {self.n_features_in_}")
+        return Xc
+
+    def decision_function(self, X: Any) -> np.ndarray:
+        """Scores per class (n, C); logistic: one score per row (n,), > 0 means classes_[1]."""
+        X = self._check(X)
+        if self.model == "mlp":
+            h = _matmul(X, self.W1) + self.b1
+            h = np.maximum(h, 0.0) if self.activation == "relu" else np.tanh(h)
+            return h @ self.W2.T + self.b2
+        z = _matmul(X, self.W) + self.b
+        return z[:, 0] if self.model == "logistic" else z
+
+    def predict(self, X: Any) -> np.ndarray:
+        """The predicted label of each row (the original label values, as trained)."""
+        z = self.decision_function(X)
+        return self.classes_[(z > 0).astype(np.int64) if z.ndim == 1 else np.argmax(z, axis=1)]
+
+    @property
+    def predict_proba(self):
+        """Class probabilities (n, C) in ``classes_`` order; only logistic, softmax and mlp have them."""
+        if self.model not in PROBABILISTIC:
+            raise AttributeError(f"{self.model} has no probabilities (it is not trained on a likelihood)")
+        return self._proba
+
+    def _proba(self, X: Any) -> np.ndarray:
+        z = self.decision_function(X)
+        if z.ndim == 1:
+            p1 = 0.5 * (1.0 + np.tanh(0.5 * z))           # the logistic sigmoid without overflow
+            return np.column_stack([1.0 - p1, p1])
+        e = np.exp(z - z.max(axis=1, keepdims=True))
+        return e / e.sum(axis=1, keepdims=True)
+
+    def score(self, X: Any, y: Any) -> float:
+        """Mean accuracy on (X, y), y in the original label values."""
+        y = np.asarray(y)
+        return float(np.mean(self.predict(X) == y)) if y.size else 0.0
+
+    def __repr__(self) -> str:
+        return (f"TrainedModel({self.model}, {self.n_features_in_} features, {len(self.classes_)} classes, "
+                f"sync {self.config.get('sync', '?')})")
