@@ -38,6 +38,9 @@ class TrainConfig:
     synthetic_rows: int = 100_000
     synthetic_features: int = 100
     synthetic_classes: int | None = None
+    sparse_nnz: int = 50
+    sparse_alpha: float = 1.1
+    sparse_values: str = "binary"
     epochs: int = 3
     budget: str = "shared"
     time_budget: float | None = None
@@ -170,6 +173,9 @@ def _validate(c: TrainConfig) -> None:
         raise InputError(f"--hidden must be >= 1, got {c.hidden}")
     if c.activation not in ("relu", "tanh"):
         raise InputError(f"--activation must be relu or tanh, got '{c.activation}'")
+    if c.sparse_values not in ("binary", "tfidf") or c.sparse_nnz < 1 or not c.sparse_alpha > 0:
+        raise InputError("--sparse-values must be binary or tfidf, --sparse-nnz >= 1 and --sparse-alpha > 0, got "
+                         f"'{c.sparse_values}', {c.sparse_nnz} and {c.sparse_alpha}")
     for name in ("max_steps", "n_features", "synthetic_classes"):
         value = getattr(c, name)
         if value is not None and value < 1:
@@ -187,7 +193,7 @@ _HELP = {
              "ridge on one-hot targets), mlp (one hidden layer), or a name given to register_model",
     "hidden": "mlp: hidden units",
     "activation": "mlp: hidden activation, relu or tanh",
-    "data": "synthetic | fashion-mnist | PATH (.npz or .h5 with X and y; else libsvm text)",
+    "data": "synthetic | synthetic-sparse | fashion-mnist | PATH (.npz or .h5 with X and y; else libsvm text)",
     "data_dir": "directory of the Fashion-MNIST IDX files (default: Debian's dataset-fashion-mnist)",
     "test_data": "separate test set (same forms as --data)",
     "test_fraction": "use the last F of the rows as test set when no test set is given",
@@ -197,6 +203,9 @@ _HELP = {
     "synthetic_rows": "rows of the synthetic problem",
     "synthetic_features": "features of the synthetic problem",
     "synthetic_classes": "classes of the synthetic problem (default: 2 for logistic, else 10)",
+    "sparse_nnz": "synthetic-sparse: feature draws per row (duplicates dropped)",
+    "sparse_alpha": "synthetic-sparse: power-law exponent of feature popularity (feature f ~ (f+1)^-alpha)",
+    "sparse_values": "synthetic-sparse: binary (1.0) or tfidf (idf-like weights, unit row norm)",
     "epochs": "work budget in passes over the training rows: with --budget shared the server counts "
               "the samples all workers process and ends the run when EPOCHS x rows are done; with "
               "--budget per-worker each worker makes EPOCHS passes over its own shard",

@@ -103,7 +103,7 @@ def _parse_slowdown(text: str | None, n_workers: int) -> tuple[float | None, dic
         if not (math.isfinite(sigma) and sigma >= 0):
             raise InputError(f"--slowdown lognormal sigma must be a finite number >= 0, got {rest.strip()!r}")
         return sigma, {}, {}
-    changes: dict[int, _Change] = {}
+    changes: dict[int, tuple[float, _Change]] = {}
     plain = []
     for entry in text.split(","):
         rank_text, _, value = entry.strip().partition(":")
@@ -115,20 +115,14 @@ def _parse_slowdown(text: str | None, n_workers: int) -> tuple[float | None, dic
             raise InputError(f"--slowdown: rank {rank} given twice in {text!r}")
         changes[rank] = _parse_change(value, text)
     factors = _parse_rank_map("slowdown", ",".join(plain), n_workers, _check_factor, allow_star=False)
-    for rank, change in changes.items():
+    for rank, (before, _) in changes.items():
         if rank in factors:
             raise InputError(f"--slowdown: rank {rank} given twice in {text!r}")
-        factors[rank] = change.before
-    return None, factors, {r: c.change for r, c in changes.items()}
+        factors[rank] = before
+    return None, factors, {r: change for r, (_, change) in changes.items()}
 
 
-@dataclass(frozen=True)
-class _ParsedChange:
-    before: float
-    change: _Change
-
-
-def _parse_change(value: str, whole: str) -> _ParsedChange:
+def _parse_change(value: str, whole: str) -> tuple[float, _Change]:
     """Parse "A->B@STEP" or "A->B@P%" (one rank's changing slowdown)."""
     before_text, _, rest = value.partition("->")
     after_text, sep, at_text = rest.partition("@")
@@ -142,14 +136,14 @@ def _parse_change(value: str, whole: str) -> _ParsedChange:
         share = _number("slowdown", at_text[:-1], whole) / 100.0
         if not 0.0 <= share <= 1.0:
             raise InputError(f"--slowdown: change point {at_text!r} in {whole!r} must be in 0%..100%")
-        return _ParsedChange(before, _Change(after, share=share))
+        return before, _Change(after, share=share)
     try:
         at = int(at_text)
     except ValueError:
         raise InputError(f"--slowdown: change point {at_text!r} in {whole!r} is neither a step nor P%") from None
     if at < 1:
         raise InputError(f"--slowdown: change step must be >= 1, got {at} in {whole!r}")
-    return _ParsedChange(before, _Change(after, at=at))
+    return before, _Change(after, at=at)
 
 
 def _parse_rank_map(name: str, text: str | None, n_workers: int, check,

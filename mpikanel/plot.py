@@ -93,7 +93,8 @@ def _curve_lines(ax: Any, curve: dict, label: str, keys: Sequence[str]) -> None:
 
 
 def plot_timeline(runs: Sequence[dict], path: str | Path) -> None:
-    """Figure 2: per-worker stacked bars of compute/comm/wait/injected seconds, one subplot per run."""
+    """Figure 2: per-worker stacked bars of compute/comm/wait/injected seconds, one subplot per run;
+    a worker that skipped exchanges (ESP) is marked with its skip count by reason."""
     _check_suffix(path)
     plt = _pyplot()
     n = len(runs)
@@ -118,10 +119,25 @@ def _timeline_axes(ax: Any, run: dict, label: str) -> None:
         ax.barh(y, widths, left=left, color=color, label=name, height=0.7)
         left += widths
     ax.set_yticks(y, [f"rank {w.get('rank', i + 1)}" for i, w in enumerate(workers)])
+    per_worker = run.get("summary", {}).get("per_worker") or [{}] * len(workers)
+    for i, (w, pw) in enumerate(zip(workers, per_worker)):
+        text = _skip_text(w, pw)
+        if text:        # ESP: how many exchanges this worker skipped, and why
+            ax.annotate(text, (left[i], y[i]), xytext=(4, 0), textcoords="offset points", va="center", fontsize=7)
     ax.invert_yaxis()
     wall = run.get("summary", {}).get("wall_s")
     ax.set_title(label + (f"  (wall {wall:.2f} s)" if isinstance(wall, (int, float)) else ""))
     ax.grid(True, axis="x", alpha=0.3)
+
+
+def _skip_text(worker: dict, per_worker: dict) -> str:
+    """'skips N (cost a, value b, busy c)' for a worker that skipped exchanges, else ''."""
+    skips = int(per_worker.get("skips", worker.get("skips", 0)) or 0)
+    if skips <= 0:
+        return ""
+    reasons = per_worker.get("skips_by_reason") or {}
+    detail = ", ".join(f"{k} {v}" for k, v in sorted(reasons.items()) if v)
+    return f"skips {skips}" + (f" ({detail})" if detail else "")
 
 
 def _save(plt: Any, fig: Any, path: str | Path) -> None:

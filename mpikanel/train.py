@@ -78,7 +78,8 @@ def data_spec(config: TrainConfig) -> DataSpec:
     return DataSpec(source=config.data, data_dir=config.data_dir, test_source=config.test_data,
                     test_fraction=config.test_fraction, seed=config.seed,
                     synthetic_rows=config.synthetic_rows, synthetic_features=config.synthetic_features,
-                    synthetic_classes=config.n_classes_hint, n_features=config.n_features)
+                    synthetic_classes=config.n_classes_hint, n_features=config.n_features,
+                    sparse_nnz=config.sparse_nnz, sparse_alpha=config.sparse_alpha, sparse_values=config.sparse_values)
 
 
 def policy_for(config: TrainConfig, n_workers: int) -> SyncPolicy:

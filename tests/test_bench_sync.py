@@ -172,3 +172,24 @@ def test_bench_sync_quick_end_to_end(tmp_path):
     md = (out / "results.md").read_text()
     assert "### straggler" in md and "held time to target s (val)" in md and "| localsgd-4 |" in md
     assert (out / "straggler-val-loss.png").stat().st_size > 1000
+    # the report rebuilt from the files alone (the directory moved): same tables, the original command kept
+    moved = tmp_path / "moved"
+    out.rename(moved)
+    (moved / "results.md").unlink()
+    from mpikanel.bench.__main__ import main
+    assert main(["sync", "--report-only", "--out", str(moved)]) == 0
+    rebuilt = json.loads((moved / "results.json").read_text())
+    assert rebuilt["command"] == res["command"] and rebuilt["git_commit"] == res["git_commit"]
+    assert rebuilt["tables"]["straggler"]["rows"] == table["rows"]
+    assert "report rebuilt at commit" in (moved / "results.md").read_text()
+
+
+def test_esp_notes_compare_the_round_trip_with_the_injected_delay_and_report_probe_cost():
+    def rec(scenario, rtt, **kw):
+        return {"scenario": scenario, "model": "esp", "lr": 1.0, "seed": 0, "ok": True, "rtt1_s": rtt, **kw}
+    records = [rec("homogeneous", 0.004), rec("slow-link", 0.036, probes=200, probe_server_us=12.0, probe_rtt_ms=0.5)]
+    choices = {("slow-link", "esp"): {"lr": 1.0}, ("homogeneous", "esp"): {"lr": 1.0}}
+    notes = bench.esp_notes(records, "slow-link", ["bsp", "esp"], choices)
+    assert "36.0 ms against the injected 30 ms + the unloaded 4.0 ms (homogeneous) = 34.0 ms" in notes[0]
+    assert "200 probes per run" in notes[1] and "12.0 µs per probe" in notes[1]
+    assert bench.esp_notes(records, "homogeneous", ["esp"], choices)[0].endswith("4.0 ms")

@@ -360,3 +360,59 @@ def test_libsvm_large_sparse_stays_csr_and_tail_split(tmp_path):
         assert isinstance(part.X, CSR) and part.X.shape == (rows, info.n_features) and part.X.nnz == 5 * rows
         assert part.X.nbytes < 100_000  # a dense block would be 20 MB
     assert test.X.indices.dtype == np.int32 and test.X.indptr[0] == 0
+
+
+def _sparse(**kw):
+    from mpikanel.data import DataSpec, _open_train
+    spec = DataSpec(source="synthetic-sparse", seed=kw.pop("seed", 3), synthetic_rows=kw.pop("rows", 10_000),
+                    synthetic_features=kw.pop("features", 100_000), **kw)
+    return _open_train(spec)
+
+
+def test_synthetic_sparse_rows_are_the_same_whatever_range_reads_them():
+    src = _sparse()
+    X, y = src.read(0, 10_000)
+    part, y_part = src.read(4000, 6000)                     # crosses a chunk boundary
+    whole = X.rows(4000, 6000)
+    assert np.array_equal(part.indptr, whole.indptr) and np.array_equal(part.indices, whole.indices)
+    assert np.array_equal(part.data, whole.data) and np.array_equal(y_part, y[4000:6000])
+    other, _ = _sparse(seed=4).read(0, 100)
+    assert not np.array_equal(other.indices, X.rows(0, 100).indices)
+
+
+def test_synthetic_sparse_rows_are_sorted_unique_and_power_law():
+    X, y = _sparse(sparse_nnz=50).read(0, 10_000)
+    lengths = np.diff(X.indptr)
+    assert lengths.min() >= 1 and lengths.max() <= 50 and lengths.mean() > 20
+    for r in range(0, 10_000, 997):
+        row = X.indices[X.indptr[r]:X.indptr[r + 1]]
+        assert (np.diff(row) > 0).all()                     # sorted, no duplicates
+    counts = np.bincount(X.indices, minlength=100_000)
+    assert counts[0] == counts.max() and counts[:100].sum() > 10 * counts[-50_000:].sum()
+    assert (X.data == 1.0).all() and set(np.unique(y)) == {0, 1} and 0.3 < y.mean() < 0.7
+
+
+@pytest.mark.parametrize("values", ["binary", "tfidf"])
+def test_synthetic_sparse_labels_follow_the_true_weights(values):
+    src = _sparse(sparse_values=values, features=1_000_000, seed=0)
+    X, y = src.read(0, 10_000)
+    if values == "tfidf":
+        norms = np.sqrt(np.add.reduceat(X.data.astype(np.float64) ** 2, X.indptr[:-1]))
+        assert np.allclose(norms, 1.0, atol=1e-5)
+    margin = np.add.reduceat(X.data * src.true_weights(X.indices.astype(np.int64)), X.indptr[:-1])
+    assert ((margin > src.bias) == (y == 1)).mean() > 0.75   # the Bayes rule is well above chance
+    assert abs((margin > src.bias).mean() - 0.5) < 0.03      # the bias centres the classes ...
+    assert 0.4 < y.mean() < 0.6                              # ... so they are balanced
+
+
+def test_synthetic_sparse_scales_to_ten_million_features_without_a_table():
+    X, _ = _sparse(features=10_000_000, rows=4096, sparse_values="tfidf").read(0, 4096)
+    assert X.shape == (4096, 10_000_000) and X.indices.max() < 10_000_000
+
+
+def test_synthetic_sparse_bad_options_are_clear():
+    from mpikanel.errors import InputError
+    with pytest.raises(InputError, match="sparse-values"):
+        _sparse(sparse_values="counts")
+    with pytest.raises(InputError, match="sparse-alpha"):
+        _sparse(sparse_alpha=0.0)

@@ -192,3 +192,23 @@ def test_labels_fall_back_to_file_stem():
     assert run_label({"attrs": {}, "summary": {}, "path": "/x/my_run.h5"}) == "my_run"
     runs = [{"attrs": {"sync": "bsp"}, "path": "a.h5"}, {"attrs": {"sync": "bsp"}, "path": "b.h5"}]
     assert _labels(runs) == ["BSP (a)", "BSP (b)"]
+
+
+def test_timeline_marks_skips_by_reason():
+    from mpikanel.plot import _skip_text
+    assert _skip_text({"skips": 0}, {}) == ""
+    assert _skip_text({"skips": 5}, {}) == "skips 5"
+    assert _skip_text({}, {"skips": 7, "skips_by_reason": {"value": 2, "cost": 5, "busy": 0}}) == \
+        "skips 7 (cost 5, value 2)"
+
+
+def test_timeline_with_skips_draws(tmp_path):
+    pytest.importorskip("matplotlib")
+    from mpikanel.plot import plot_timeline
+    workers = [{"rank": 1, "compute_s": 1.0, "comm_s": 0.2, "wait_s": 0.1, "injected_s": 0.0, "skips": 3},
+               {"rank": 2, "compute_s": 1.0, "comm_s": 0.1, "wait_s": 0.0, "injected_s": 0.0, "skips": 0}]
+    run = {"workers": workers, "attrs": {"sync": "esp", "scenario": "x"},
+           "summary": {"wall_s": 1.5, "per_worker": [{"skips": 3, "skips_by_reason": {"cost": 3}}, {"skips": 0}]},
+           "path": "esp.h5"}
+    plot_timeline([run], tmp_path / "t.png")
+    assert (tmp_path / "t.png").read_bytes()[:4] == b"\x89PNG"

@@ -211,3 +211,13 @@ def test_save_model_into_a_missing_directory_is_refused_before_training(tmp_path
     proc, _ = run_train(2, *SMALL, "--save-model", str(tmp_path / "nowhere" / "m.h5"))
     assert proc.returncode == 2 and "does not exist" in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def test_logistic_learns_the_synthetic_sparse_problem(tmp_path):
+    # 1M features, CSR all the way from the generator to the kernels; the Bayes rule is ~0.82
+    proc, s = run_train(3, "--data", "synthetic-sparse", "--synthetic-features", "1000000",
+                        "--synthetic-rows", "20000", "--model", "logistic", "--lr", "1", "--epochs", "3",
+                        "--l2", "0", tmp_path=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert s["test_accuracy"] > 0.70
+    assert_no_lost_work(s)

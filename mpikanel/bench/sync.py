@@ -63,6 +63,8 @@ from importlib import metadata
 from pathlib import Path
 from typing import Iterable, Sequence
 
+import numpy as np
+
 from ..errors import InputError
 from ..metrics import first_touch, read_metrics, time_to_target
 from ..sync import SYNC_MODELS
@@ -264,6 +266,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", metavar="DIR", help="output directory (default: runs/bench-sync-<timestamp>)")
     parser.add_argument("--timeout", type=float, default=240.0, help="seconds allowed per run")
     parser.add_argument("--quick", action="store_true", help="tiny workload (tests, smoke runs)")
+    parser.add_argument("--report-only", action="store_true",
+                        help="run nothing: rebuild --out's results.md, plots and results.json from its runs "
+                             "(metrics files next to results.json), keeping the original command, commit and loads")
     parser.add_argument("--engine", choices=("mpi", "sim"), default="mpi",
                         help="real ranks under mpiexec, or the simulator (python -m mpikanel.sim) on a virtual clock")
     parser.add_argument("--workers", type=int, nargs="+", default=None,
@@ -342,6 +347,15 @@ def load_record(record: dict) -> None:
                   samples=s.get("samples"), step_time_ratio=max_step_ratio(workers),
                   load_avg=(s.get("load_avg_before"), s.get("load_avg_after")),
                   mpi_library=s.get("versions", {}).get("mpi", ""))
+    per_worker = s.get("per_worker") or []
+    if per_worker and per_worker[0].get("rtt_mean_s"):
+        # worker 1 is the one the scenarios slow down (straggler, slow link)
+        record["rtt1_s"] = float(per_worker[0]["rtt_mean_s"])
+    if s.get("server_probes"):
+        record["probes"] = int(s["server_probes"])
+        record["probe_server_us"] = 1e6 * float(s["server_probe_s"]) / int(s["server_probes"])
+        rtts = [float(w["probe_rtt_mean_s"]) for w in per_worker if w.get("probes")]
+        record["probe_rtt_ms"] = 1e3 * float(np.median(rtts)) if rtts else None
     record["_val_curve"] = (list(curve["time_s"]), list(curve["val_loss"]))
 
 
@@ -386,6 +400,8 @@ def _check_args(args: argparse.Namespace) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """One bench per engine setting: real ranks, or the simulator at each --workers count."""
+    if args.report_only:
+        return rereport(args)
     if args.engine == "mpi":
         return run_engine(args)
     base = Path(args.out or f"runs/bench-sync-sim-{time.strftime('%Y%m%d-%H%M%S')}")
@@ -422,6 +438,28 @@ def run_engine(args: argparse.Namespace) -> int:
             choices[scenario, model], runs = select_and_repeat(args, out, scenario, model, workload)
             records += runs
     return report(args, out, scenarios, models, workload, records, choices, t_start, load_before)
+
+
+def rereport(args: argparse.Namespace) -> int:
+    """Rebuild a finished bench's report from its results.json and metrics files (no runs)."""
+    if not args.out or not (Path(args.out) / "results.json").is_file():
+        print("mpikanel bench sync: error: --report-only needs --out DIR holding a results.json", file=sys.stderr)
+        return 2
+    out = Path(args.out)
+    old = json.loads((out / "results.json").read_text())
+    records = old["runs"]
+    for r in records:
+        r["metrics"] = str(out / Path(r["metrics"]).name)       # the directory may have moved
+        if r["ok"]:
+            load_record(r)
+    scenarios, models = list(old["tables"]), old["models"]
+    choices = {(sc, m): old["tables"][sc]["chosen"][m] for sc in scenarios for m in models}
+    for key in ("ranks", "seeds", "lrs", "val_fraction"):
+        setattr(args, key, old[key])
+    keep = {k: old[k] for k in ("command", "git_commit", "versions", "nproc", "load_average_before",
+                                "load_average_after", "harness_wall_s", "n_runs") if k in old}
+    keep["report_rebuilt_at_commit"] = git_commit()
+    return report(args, out, scenarios, models, old["workload"], records, choices, 0.0, (), meta_override=keep)
 
 
 def rates_for(args: argparse.Namespace, model: str) -> list[float]:
@@ -496,11 +534,42 @@ def scenario_notes(records: list[dict], scenario: str, models: list[str], choice
              if choices[scenario, m]["warning"]]
     runs = [r for r in records if r["scenario"] == scenario]
     notes += [f"- {r['model']} lr {r['lr']:g} seed {r['seed']}: {r.get('error')}" for r in runs if not r["ok"]]
+    notes += esp_notes(records, scenario, models, choices)
     if scenario == "homogeneous":
         notes += [f"- contention: {r['model']} lr {r['lr']:g} seed {r['seed']} has a max realized step-time ratio "
                   f"of {r['step_time_ratio']:.2f} > {CONTENTION_RATIO} without injection: CPU contention, not the "
                   "sync model, decided this run" for r in runs
                   if r["ok"] and (r.get("step_time_ratio") or 0) > CONTENTION_RATIO]
+    return notes
+
+
+def esp_notes(records: list[dict], scenario: str, models: list[str], choices: dict) -> list[str]:
+    """ESP's own measurements at its chosen rate: worker 1's round trip against the injected link
+    delay plus the unloaded round trip (homogeneous), and what a probe costs."""
+    notes = []
+    link = SCENARIOS[scenario].get("link-delay", "")
+    injected = float(link.partition(":")[2]) if link.startswith("1:") else 0.0
+    for m in models:
+        if not (m == "esp" or m.startswith("esp-")):
+            continue
+        runs = [r for r in _chosen_runs(records, scenario, m, choices[scenario, m]["lr"]) if r["ok"]]
+        base_runs = [r for r in records if r["scenario"] == "homogeneous" and r["model"] == m and r["ok"]
+                     and r.get("rtt1_s")]
+        rtt = [r["rtt1_s"] for r in runs if r.get("rtt1_s")]
+        if rtt:
+            text = f"- {m}: worker 1's mean push round trip {1e3 * float(np.median(rtt)):.1f} ms"
+            if injected:
+                base = float(np.median([r["rtt1_s"] for r in base_runs])) if base_runs else None
+                text += (f" against the injected {1e3 * injected:.0f} ms" +
+                         (f" + the unloaded {1e3 * base:.1f} ms (homogeneous) = {1e3 * (injected + base):.1f} ms"
+                          if base is not None else " (no homogeneous run for the unloaded round trip)"))
+            notes.append(text)
+        probed = [r for r in runs if r.get("probes")]
+        if probed:
+            rtts = [r["probe_rtt_ms"] for r in probed if r.get("probe_rtt_ms") is not None]
+            notes.append(f"- {m}: {int(np.median([r['probes'] for r in probed]))} probes per run, probe round trip "
+                         f"{float(np.median(rtts)) if rtts else float('nan'):.2f} ms (median over workers and seeds), "
+                         f"server CPU {float(np.median([r['probe_server_us'] for r in probed])):.1f} µs per probe")
     return notes
 
 
@@ -587,7 +656,9 @@ def _header(args: argparse.Namespace, workload: dict[str, str], meta: dict) -> s
             f"{' (virtual clock: times are modeled seconds)' if getattr(args, 'engine', 'mpi') == 'sim' else ''}; "
             f"{args.ranks} ranks; nproc {meta['nproc']}; load average (1/5/15 min) "
             f"before {la[0]:.2f}/{la[1]:.2f}/{la[2]:.2f}, after {lb[0]:.2f}/{lb[1]:.2f}/{lb[2]:.2f}; "
-            f"harness wall {meta['harness_wall_s']:.0f} s over {meta['n_runs']} runs\n\n"
+            f"harness wall {meta['harness_wall_s']:.0f} s over {meta['n_runs']} runs"
+            + (f"; report rebuilt at commit {meta['report_rebuilt_at_commit']} (--report-only)"
+               if meta.get("report_rebuilt_at_commit") else "") + "\n\n"
             f"workload: `{' '.join(_flags(workload))} --val-fraction {args.val_fraction:g}`; rate grid "
             f"{' '.join(f'{x:g}' for x in args.lrs)} (local SGD: x {args.ranks} trainers); seeds "
             f"{' '.join(map(str, args.seeds))} (rate chosen with seed {args.seeds[0]} on final validation loss)\n\n"
@@ -605,8 +676,10 @@ def _header(args: argparse.Namespace, workload: dict[str, str], meta: dict) -> s
 
 
 def report(args: argparse.Namespace, out: Path, scenarios: list[str], models: list[str], workload: dict[str, str],
-           records: list[dict], choices: dict, t_start: float, load_before: tuple) -> int:
-    """Tables, plots, results.md and results.json; the exit code."""
+           records: list[dict], choices: dict, t_start: float, load_before: tuple,
+           meta_override: dict | None = None) -> int:
+    """Tables, plots, results.md and results.json; the exit code. `meta_override` (a rebuilt
+    report) keeps the original run's command, commit and loads."""
     sections, tables, complete = [], {}, True
     for scenario in scenarios:
         text, tables[scenario], good = scenario_section(args, out, scenario, models, records, choices)
@@ -618,6 +691,8 @@ def report(args: argparse.Namespace, out: Path, scenarios: list[str], models: li
             "harness_wall_s": time.perf_counter() - t_start, "n_runs": len(records),
             "target_rule": (f"{args.target_loss:g} (--target-loss)" if args.target_loss is not None else
                             f"{TARGET_FACTOR} x the lowest final validation loss of any BSP run in the scenario")}
+    if meta_override:
+        meta.update(meta_override)
     text = _header(args, workload, meta) + "\n" + "\n".join(sections)
     (out / "results.md").write_text(text)
     print(text)
