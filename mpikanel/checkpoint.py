@@ -235,3 +235,66 @@ def parse_every(text: str | float | int | None) -> tuple[float, int]:
         return value, 0
     except ValueError:
         raise InputError(f"--checkpoint-every must be SECONDS, SECONDSs or NUMBERsteps, got '{text}'") from None
+
+
+# ---------------------------------------------------------------- python -m mpikanel.checkpoint
+
+def describe_checkpoint(path: Path) -> dict:
+    """What one checkpoint holds and whether it loads (every checksum verified)."""
+    info: dict[str, Any] = {"path": str(path), "bytes": path.stat().st_size}
+    try:
+        ckpt = load(path)
+    except InputError as exc:
+        return {**info, "valid": False, "error": str(exc)}
+    steps = [int(w["state"].get("stats", {}).get("steps", 0)) if isinstance(w.get("state"), dict) else 0
+             for w in ckpt.workers]
+    return {**info, "valid": True, "seq": ckpt.seq, "ranks": ckpt.ranks, "sync": ckpt.sync, "model": ckpt.model,
+            "n_params": int(ckpt.params.size), "elapsed_s": ckpt.elapsed_s, "reason": ckpt.reason,
+            "final": ckpt.final, "mpikanel_version": ckpt.version, "worker_steps": sum(steps),
+            "epochs": ckpt.config.get("epochs"), "data": ckpt.config.get("data")}
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``inspect DIR|FILE``: each checkpoint's shape, progress and validity; ``export CKPT OUT``: a model file."""
+    import argparse
+    import sys
+
+    p = argparse.ArgumentParser(prog="python -m mpikanel.checkpoint", description="Inspect or export checkpoints.")
+    sub = p.add_subparsers(dest="command", required=True)
+    ins = sub.add_parser("inspect", help="list a directory's checkpoints (newest first) or one file, verified")
+    ins.add_argument("path", help="checkpoint directory or file")
+    ins.add_argument("--json", action="store_true", help="machine-readable output")
+    exp = sub.add_parser("export", help="write a checkpoint's parameters as a model file (mpikanel.load_model)")
+    exp.add_argument("checkpoint")
+    exp.add_argument("out")
+    args = p.parse_args(argv)
+    try:
+        if args.command == "export":
+            from .model_io import export_checkpoint
+            print(f"wrote {export_checkpoint(args.checkpoint, args.out)}")
+            return 0
+        target = Path(args.path)
+        if not target.exists():
+            raise InputError(f"{target}: no such checkpoint directory or file")
+        paths = checkpoint_paths(target) if target.is_dir() else [target]
+        rows = [describe_checkpoint(q) for q in paths]
+        latest = next((r["path"] for r in rows if r["valid"]), None)
+        if args.json:
+            print(json.dumps({"checkpoints": rows, "resume_latest": latest}, indent=2))
+        else:
+            for r in rows:
+                if r["valid"]:
+                    print(f"{r['path']}: valid; seq {r['seq']}, {r['ranks']} ranks, --sync {r['sync']}, {r['model']} "
+                          f"({r['n_params']} params), {r['worker_steps']} worker steps, {r['elapsed_s']:.1f} s trained, "
+                          f"{'final' if r['final'] else r['reason']}, {r['bytes']} bytes")
+                else:
+                    print(f"{r['path']}: INVALID: {r['error']}")
+            print(f"--resume latest would load: {latest or 'nothing (starts fresh)'}")
+        return 0 if rows else 1
+    except InputError as exc:
+        print(f"{p.prog}: error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -121,3 +121,20 @@ def test_control_due():
 def test_works_without_file_locking(tmp_path, monkeypatch):
     monkeypatch.setenv("HDF5_USE_FILE_LOCKING", "FALSE")
     assert ck.load(ck.save(tmp_path, make())).seq == 1
+
+
+def test_inspect_lists_checkpoints_verified_and_says_what_resume_latest_loads(tmp_path, capsys):
+    ck.save(tmp_path, make())
+    newest = ck.save(tmp_path, make())
+    flip_byte_in(newest)
+    assert ck.main(["inspect", str(tmp_path)]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith(f"{newest}: INVALID") and "corrupted" in out[0]
+    assert "ckpt-000001.h5: valid; seq 1, 3 ranks, --sync bsp, softmax (50 params)" in out[1]
+    assert out[2].endswith("ckpt-000001.h5")
+    assert ck.main(["inspect", "--json", str(tmp_path / "ckpt-000001.h5")]) == 0
+    import json
+    rows = json.loads(capsys.readouterr().out)["checkpoints"]
+    assert len(rows) == 1 and rows[0]["valid"] and rows[0]["n_params"] == 50
+    assert ck.main(["inspect", str(tmp_path / "nowhere")]) == 2
+    assert "no such checkpoint" in capsys.readouterr().err
