@@ -72,11 +72,21 @@ def evaluate(s: Any, params: np.ndarray, initial: np.ndarray, losses: list[tuple
         # ESP probes the server answered, and the server seconds that cost (all probes)
         "server_probes": int(getattr(server_stats, "probes", 0)),
         "server_probe_s": float(getattr(server_stats, "probe_s", 0.0)),
+        # parameter copies replies were read from at once (one per version still being sent), and
+        # the peak resident memory of rank 0 (the server; after training it also evaluates)
+        "reply_snapshots_peak": int(getattr(server_stats, "reply_snapshots_peak", 0)),
+        "rank0_peak_rss_mb": _peak_rss_mb(),
         "per_worker": workers,
         "config": s.config.to_dict(),
         "versions": {"mpikanel": __version__, "python": platform.python_version(),
                      "numpy": np.__version__, "mpi": mpi_library},
     }
+
+
+def _peak_rss_mb() -> float:
+    """This process's peak resident set size in MiB (ru_maxrss is KiB on Linux)."""
+    import resource
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
 
 
 def _score(rows: Any, params: np.ndarray) -> tuple[float | None, float | None, int]:

@@ -3,7 +3,10 @@
 Every decision lives in :class:`mpikanel.engine.server_core.ServerCore`; this loop only waits
 for frames (``Waitsome`` over one persistent receive per worker, which blocks inside MPI so an
 idle server yields the CPU under MPICH heavy-yield), decodes them, and ``Isend``s the core's
-answers from one preallocated frame per worker, re-arming the receives. With ``probes`` (ESP)
+answers, re-arming the receives. A reply is one message of the frame layout, sent without a copy
+per worker: an hindexed datatype joins the worker's small header block and a read-only snapshot
+of the parameters that every reply at the same version shares (:class:`ReplySnapshots`), so the
+server holds a few parameter copies, not one per worker. With ``probes`` (ESP)
 it also keeps one persistent receive per worker for header-only PROBE frames and answers each
 at once, before the pushes that arrived with it (so a probe also sees them queued).
 """
@@ -11,13 +14,54 @@ from __future__ import annotations
 
 import time
 
+import numpy as np
 from mpi4py import MPI
 
 from ..engine.server_core import Answer, Push, ServerCore, ServerStats
 from ..hetero import ServerDelay, sleep_for
 from .protocol import Flag, Frame, H, M, Tag, frame_nbytes
 
-__all__ = ["ParameterServer", "ServerStats"]
+__all__ = ["ParameterServer", "ReplySnapshots", "ServerStats"]
+
+
+class ReplySnapshots:
+    """Read-only copies of the parameters replies are sent from: one per version, shared by every
+    reply at that version, recycled once all the sends that read it have completed."""
+
+    def __init__(self, n_params: int) -> None:
+        self.n_params = n_params
+        self.version = -1
+        self.current: np.ndarray | None = None
+        self.sends: list[MPI.Request] = []
+        self.retired: list[tuple[np.ndarray, list[MPI.Request]]] = []
+        self.free: list[np.ndarray] = []
+        self.peak = 0
+
+    def get(self, version: int, params: np.ndarray) -> np.ndarray:
+        """The snapshot of `params` at `version` (a new copy when the version moved on)."""
+        if self.current is not None and version == self.version:
+            return self.current
+        if self.current is not None:
+            self.retired.append((self.current, self.sends))
+        self._reclaim()
+        buf = self.free.pop() if self.free else np.empty(self.n_params)
+        np.copyto(buf, params)
+        self.current, self.sends, self.version = buf, [], version
+        self.peak = max(self.peak, 1 + len(self.retired))
+        return buf
+
+    def sent(self, request: MPI.Request) -> None:
+        """A send reading the current snapshot was started."""
+        self.sends.append(request)
+
+    def _reclaim(self) -> None:
+        busy = []
+        for buf, sends in self.retired:
+            if MPI.Request.Testall(sends):      # also completes them for the per-worker send slots
+                self.free.append(buf)
+            else:
+                busy.append((buf, sends))
+        self.retired = busy
 
 
 class ParameterServer:
@@ -30,7 +74,8 @@ class ParameterServer:
         self.service = service
         n, nw = core.params.size, core.n_workers
         self._inbox = [Frame.allocate(n) for _ in range(nw)]
-        self._outbox = [Frame.allocate(n) for _ in range(nw)]
+        self._outbox = [Frame.allocate(0) for _ in range(nw)]     # header + meta; the payload is a snapshot
+        self._snapshots = ReplySnapshots(n)
         self._recv = [comm.Recv_init([f.buf, MPI.BYTE], source=w + 1, tag=Tag.PUSH)
                       for w, f in enumerate(self._inbox)]
         self._send: list[MPI.Request] = [MPI.REQUEST_NULL] * nw
@@ -82,6 +127,7 @@ class ParameterServer:
             req.Wait()
             req.Free()
         MPI.Request.Waitall(self._probe_send)
+        core.stats.reply_snapshots_peak = self._snapshots.peak
         return core.finish(self._now())
 
     def _arm(self) -> None:
@@ -136,5 +182,12 @@ class ParameterServer:
         h[H.LEASE], h[H.FLAGS] = a.lease, a.flags
         out.meta[M.HELD_S] = a.held_s
         out.meta[M.UPDATE_NORM] = a.update_norm
-        out.payload[:] = self.core.params
-        self._send[a.w] = self.comm.Isend([out.buf, MPI.BYTE], dest=a.w + 1, tag=Tag.REPLY)
+        snap = self._snapshots.get(a.version, self.core.params)
+        # one message in the frame layout, read from two places: the header block and the snapshot
+        joined = MPI.BYTE.Create_hindexed([out.buf.nbytes, snap.nbytes],
+                                          [MPI.Get_address(out.buf), MPI.Get_address(snap)]).Commit()
+        try:
+            self._send[a.w] = self.comm.Isend([MPI.BOTTOM, 1, joined], dest=a.w + 1, tag=Tag.REPLY)
+        finally:
+            joined.Free()               # allowed while the send is pending: MPI frees it afterwards
+        self._snapshots.sent(self._send[a.w])

@@ -77,6 +77,7 @@ class ServerStats:
     clock_spread_max: int = 0             # most pushes the fastest active worker was ahead of the slowest
     probes: int = 0                       # probes answered (ESP)
     probe_s: float = 0.0                  # server seconds spent answering probes
+    reply_snapshots_peak: int = 0         # most parameter copies replies were sent from at once (MPI)
     unapplied: np.ndarray | None = None   # sum of (1 - scale) * delta: received but scaled away
     policy_report: dict | None = None     # the policy's own record (PSP rounds)
     stopped: bool = False                 # ended early after a stop checkpoint
