@@ -26,7 +26,7 @@ from ..config import TrainConfig
 from ..data import DataInfo, describe, load_rows, load_test, shard_range
 from ..errors import InputError, TrainingError
 from ..hetero import Injector, describe_hetero, parse_hetero, sleep_for
-from ..kernels import BoundModel, bind, get_model
+from ..kernels import CSR, BoundModel, bind, get_model
 from ..metrics import SnapshotRecorder, evaluate_curve, write_metrics
 from ..summary import add_curve
 from ..budget import total_samples
@@ -88,7 +88,7 @@ def setup(config: TrainConfig, comm: Any) -> Setup:
         return (load_rows(spec, info, start, stop), *extra)
 
     shard, test, val = agree(comm, load)
-    warm_ranks(comm, model)
+    warm_ranks(comm, model, sparse=isinstance(shard.X, CSR))
     bound = [None if d is None else bind(model, d.X, d.y, info.n_classes) for d in (shard, test, val)]
     return Setup(*bound, info.description, n_train, info.n_classes)
 
