@@ -97,7 +97,7 @@ def injected_step(shard: BoundModel, local: np.ndarray, idx: np.ndarray, plan: S
                   injector: Injector) -> tuple[float, float]:
     """One SGD step, then the injected slowdown on its CPU time (like worker_loop); (wall s, injected s)."""
     t0, c0 = time.perf_counter(), time.thread_time()
-    shard.step(local, idx, plan.lr, plan.l2, scratch)
+    shard.step(local, idx, plan.rate_for(idx.size), plan.l2, scratch)
     compute = time.perf_counter() - t0
     slow = injector.compute_delay(time.thread_time() - c0)
     sleep_for(slow)
