@@ -16,8 +16,9 @@ def run_cli(prog: str, body: Callable[[TrainConfig, object], int], argv: list[st
 
     2 for bad input (raised identically on every rank during set-up, printed once by rank 0);
     Ctrl-C (SIGINT) without checkpoints: one line from rank 0 and an abort with code 130 (ranks
-    blocked in MPI would not see the signal); any other exception prints a message naming the rank (with a traceback unless it is an
-    expected TrainingError) and aborts every rank, so a failure never leaves a job hanging.
+    blocked in MPI would not see the signal); any other exception prints a message naming the
+    rank (with a traceback unless it is an expected TrainingError) and aborts every rank, so a
+    failure never leaves a job hanging.
     """
     environment.prepare_environment()
     guessed_rank = environment.env_rank()
