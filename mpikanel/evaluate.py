@@ -18,6 +18,28 @@ LINEAR_UNITS = {"logistic": 1, "softmax": None, "svm": None, "lsq": None}   # No
 BLOCK = 16          # snapshots per matrix product (bounds the n x units x BLOCK score block)
 
 
+def curve_of(snapshots: list, rows_by_prefix: dict, hidden: int = 64, activation: str = "relu") -> dict:
+    """The loss-vs-time curve: time_s, version and, per prefix ("test", "val") with rows, PREFIX_loss
+    and PREFIX_accuracy of every snapshot (BLAS where supported, else the kernels)."""
+    from .metrics import evaluate_curve
+
+    snaps = list(snapshots)
+    curve = evaluate_curve(snaps, lambda p: 0.0, None)
+    for prefix, rows in rows_by_prefix.items():
+        if rows is None or not rows.rows:
+            continue
+        fast = snapshot_metrics(rows.model.name, rows.X, rows.y, rows.n_classes, [x.params for x in snaps],
+                                hidden, activation)
+        if fast is None:                # other models, CSR rows: the kernels, one snapshot at a time
+            part = evaluate_curve(snaps, lambda p, d=rows: d.loss_sum(p) / d.rows,
+                                  lambda p, d=rows: d.correct(p) / d.rows, prefix=prefix)
+        else:
+            part = evaluate_curve(snaps, lambda p: 0.0, None, prefix=prefix)
+            part[f"{prefix}_loss"], part[f"{prefix}_accuracy"] = fast
+        curve.update(part)
+    return curve
+
+
 def snapshot_metrics(model: str, X, y: np.ndarray, n_classes: int, params: list[np.ndarray],
                      hidden: int = 64, activation: str = "relu") -> tuple[np.ndarray, np.ndarray] | None:
     """(mean loss, accuracy) of each parameter vector in `params` on rows (X, y); None if unsupported."""

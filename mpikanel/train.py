@@ -30,7 +30,7 @@ from .data import DataInfo, DataSpec, Shard, describe, load_rows, load_test, sha
 from . import checkpoint as ckpt_mod
 from .errors import InputError
 from .budget import Budget, fair_steps, total_samples
-from .evaluate import snapshot_metrics
+from .evaluate import curve_of
 from .model_io import save_model
 from .engine.server_core import ServerCore
 from .hetero import HeteroSpec, Injector, ServerDelay, describe_hetero, parse_hetero
@@ -365,22 +365,9 @@ def publish(s: Setup, params: np.ndarray, initial: np.ndarray, losses: list, wor
 
 def _curve(s: Setup, recorder: SnapshotRecorder) -> dict:
     """Test (and validation) loss/accuracy of every parameter snapshot, evaluated after training."""
-    curve = evaluate_curve([], lambda p: 0.0, None)
     if s.test is None or s.test.rows == 0:
-        return curve
-    snaps = list(recorder.snapshots)
-    for prefix, rows in (("test", s.test), ("val", s.val)):
-        if rows is not None and rows.rows:
-            fast = snapshot_metrics(s.model.name, rows.X, rows.y, rows.n_classes, [x.params for x in snaps],
-                                    s.config.hidden, s.config.activation)
-            if fast is None:                # other models, CSR rows: the kernels, one snapshot at a time
-                part = evaluate_curve(snaps, lambda p, d=rows: d.loss_sum(p) / d.rows,
-                                      lambda p, d=rows: d.correct(p) / d.rows, prefix=prefix)
-            else:
-                part = evaluate_curve(snaps, lambda p: 0.0, None, prefix=prefix)
-                part[f"{prefix}_loss"], part[f"{prefix}_accuracy"] = fast
-            curve.update(part)
-    return curve
+        return evaluate_curve([], lambda p: 0.0, None)
+    return curve_of(recorder.snapshots, {"test": s.test, "val": s.val}, s.config.hidden, s.config.activation)
 
 
 def _show_progress(mode: str) -> bool:

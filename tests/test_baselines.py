@@ -60,8 +60,9 @@ class _FakeShard:
 def test_straggler_is_slowed_by_cpu_time_not_wall_time():
     plan = StepPlan(1, 1, 0.1, 0.0, 2)
     busy, idle = (Injector(HeteroSpec(slowdown="1:4"), 1, 2) for _ in range(2))
-    common.injected_step(_FakeShard(True), None, None, plan, None, busy)
-    common.injected_step(_FakeShard(False), None, None, plan, None, idle)
+    one_row = np.arange(1)
+    common.injected_step(_FakeShard(True), None, one_row, plan, None, busy)
+    common.injected_step(_FakeShard(False), None, one_row, plan, None, idle)
     assert busy.injected_s >= 3 * 0.02 * 0.99        # (4 - 1) x the step's CPU time
     assert idle.injected_s < 0.01                     # a step spent off the CPU is not scaled
 

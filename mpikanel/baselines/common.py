@@ -27,7 +27,8 @@ from ..data import DataInfo, describe, load_rows, load_test, shard_range
 from ..errors import InputError, TrainingError
 from ..hetero import Injector, describe_hetero, parse_hetero, sleep_for
 from ..kernels import CSR, BoundModel, bind, get_model
-from ..metrics import SnapshotRecorder, evaluate_curve, write_metrics
+from ..evaluate import curve_of
+from ..metrics import SnapshotRecorder, write_metrics
 from ..summary import add_curve
 from ..budget import total_samples
 from ..train import agree, data_spec, hetero_spec, val_rows, warm_ranks
@@ -186,7 +187,7 @@ def _finish(config: TrainConfig, comm: Any, s: Setup, kind: str, params: np.ndar
         return None
     add_step_time_rel(workers)
     n_train = sum(x[1] for x in losses)
-    curve = evaluate_curves(recorder.snapshots, s.test, s.val)
+    curve = curve_of(recorder.snapshots, {"test": s.test, "val": s.val}, config.hidden, config.activation)
     summary = make_summary(kind, config, s.shard.model.name, comm.Get_size(), workers, wall, {
         "data": s.description, "n_train": n_train, "n_test": s.test.rows, "n_val": 0 if s.val is None else s.val.rows,
         "n_params": int(params.size), "train_loss": sum(x[0] for x in losses) / n_train,
@@ -206,15 +207,6 @@ def _val_metrics(val: BoundModel | None, params: np.ndarray) -> dict:
     if val is None:
         return {"val_loss": None, "val_accuracy": None}
     return {"val_loss": val.loss_sum(params) / val.rows, "val_accuracy": val.correct(params) / val.rows}
-
-
-def evaluate_curves(snapshots: list, test: BoundModel, val: BoundModel | None) -> dict[str, np.ndarray]:
-    """The test curve of the snapshots, plus val_loss and val_accuracy when there are validation rows."""
-    curve = evaluate_curve(snapshots, lambda p: test.loss_sum(p) / test.rows, lambda p: test.correct(p) / test.rows)
-    if val is not None:
-        v = evaluate_curve(snapshots, lambda p: val.loss_sum(p) / val.rows, lambda p: val.correct(p) / val.rows)
-        curve["val_loss"], curve["val_accuracy"] = v["test_loss"], v["test_accuracy"]
-    return curve
 
 
 def add_step_time_rel(workers: list[dict]) -> None:
