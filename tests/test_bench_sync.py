@@ -69,6 +69,13 @@ def test_target_is_from_bsps_best_final_validation_loss():
     assert bench.target_from([_rec("bsp", ok=False)]) is None
 
 
+def test_each_seed_has_its_own_target_from_its_bsp_runs():
+    # the seed draws the data too: seed 1's problem ends higher, and its target must follow
+    runs = [_rec("bsp", val=0.35), _rec("bsp", val=0.40, seed=1), _rec("esp", val=0.30, seed=1)]
+    targets = bench.targets_by_seed(runs)
+    assert targets == {0: pytest.approx(1.03 * 0.35), 1: pytest.approx(1.03 * 0.40)}
+
+
 def test_held_time_differs_from_first_touch_when_the_curve_drifts_back_up():
     r = _rec(curve=([0.0, 1.0, 2.0, 3.0, 4.0], [1.0, 0.3, 0.6, 0.3, 0.3]))
     bench.mark_times(r, 0.4)
@@ -162,7 +169,7 @@ def test_bench_sync_quick_end_to_end(tmp_path):
     assert res["seeds"] == [0, 1] and res["git_commit"] and res["versions"]["mpi4py"] and res["nproc"] >= 1
     assert len(res["load_average_before"]) == 3 and "mpikanel.bench" in res["command"]
     table = res["tables"]["straggler"]
-    assert table["target_loss"] > 0
+    assert set(table["target_loss"]) == {"0", "1"} and all(v > 0 for v in table["target_loss"].values())
     for model, grid in (("bsp", {0.05, 0.2}), ("localsgd-4", {0.15, 0.6})):
         runs = [r for r in res["runs"] if r["model"] == model]
         chosen = table["chosen"][model]["lr"]
