@@ -214,10 +214,12 @@ def test_save_model_into_a_missing_directory_is_refused_before_training(tmp_path
 
 
 def test_logistic_learns_the_synthetic_sparse_problem(tmp_path):
-    # 1M features, CSR all the way from the generator to the kernels; the Bayes rule is ~0.82
-    proc, s = run_train(3, "--data", "synthetic-sparse", "--synthetic-features", "1000000",
+    # CSR all the way from the generator to the kernels. The classes are balanced (chance: 0.5,
+    # loss log 2 = 0.693); the Bayes rule is ~0.82, out of reach of 20k rows over 100k features
+    # (measured: 0.709, loss 0.584)
+    proc, s = run_train(3, "--data", "synthetic-sparse", "--synthetic-features", "100000",
                         "--synthetic-rows", "20000", "--model", "logistic", "--lr", "1", "--epochs", "3",
                         "--l2", "0", tmp_path=tmp_path)
     assert proc.returncode == 0, proc.stderr
-    assert s["test_accuracy"] > 0.70
+    assert s["test_accuracy"] > 0.65 and s["test_loss"] < 0.65
     assert_no_lost_work(s)
