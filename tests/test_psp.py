@@ -4,7 +4,8 @@ import itertools
 import numpy as np
 import pytest
 
-from mpikanel.sync.psp import (PSP, PspSchedule, StepTimePredictor, choose_sync_time, idle_of, steps_for)
+from mpikanel.sync.psp import (PSP, PspSchedule, StepTimePredictor, arrival_ends, choose_sync_time, idle_of,
+                               steps_for)
 from mpikanel.sync import Action, Book, WorkerState
 
 
@@ -134,7 +135,8 @@ def play_rounds(policy, step_times, rounds):
 
 
 def test_psp_policy_plans_from_observed_times():
-    plans = play_rounds(PSP(4, k_max=8), [0.01, 0.01, 0.01, 0.04], rounds=6)
+    # play_rounds' workers idle while their push waits: the ZipLine-style wait
+    plans = play_rounds(PSP(4, k_max=8, train_while_waiting=False), [0.01, 0.01, 0.01, 0.04], rounds=6)
     assert list(plans[-1]) == [4, 4, 4, 1]
     plans = play_rounds(PSP(3, k_max=8), [0.02, 0.02, 0.02], rounds=6)
     assert all(list(p) == [1, 1, 1] for p in plans)
@@ -181,7 +183,7 @@ def test_done_pushes_and_lone_worker_rounds_are_not_scored():
 
 
 def test_the_critical_worker_is_flagged_and_pushes_on_plan_and_blocks():
-    plans = play_rounds(PSP(4, k_max=8), [0.01, 0.01, 0.01, 0.04], rounds=6)
+    plans = play_rounds(PSP(4, k_max=8, train_while_waiting=False), [0.01, 0.01, 0.01, 0.04], rounds=6)
     assert list(plans[-1]) == [4, 4, 4, 1]
     policy = PSP(4, k_max=8)
     play_rounds(policy, [0.01, 0.01, 0.01, 0.04], rounds=6)
@@ -225,3 +227,40 @@ def test_psp_falls_back_to_bsp_when_predictions_are_wrong():
         for w in range(n):
             book.record_release(w)
     assert policy.report()["fallback_rounds"] > 0
+
+
+def test_arrival_ends_of_a_worker_that_trains_while_its_push_waits():
+    t = np.array([1.0, 1.0, 1.0, 1.0])
+    ahead = np.array([0.0, 2.5, 1.0, 3.0])     # its push arrived this long before the release
+    lim = np.array([0, 4, 4, 2])               # steps it may train while waiting (0: it blocked)
+    e = arrival_ends(t, 4, 0.1, ahead, lim)
+    assert e[0] == pytest.approx([1.1, 2.1, 3.1, 4.1])        # blocked: k steps after the reply
+    assert e[1] == pytest.approx([0.6, 0.6, 0.6, 1.6])        # in its 3rd step: ends it, then pushes
+    assert e[2] == pytest.approx([0.1, 1.1, 2.1, 3.1])        # 1 step done right at the release
+    assert e[3] == pytest.approx([0.1, 0.1, 1.1, 2.1])        # stopped after 2: resumes at the reply
+    # with nothing ahead the ends are the plain c + k t
+    assert arrival_ends(t, 3, 0.1) == pytest.approx(0.1 + np.arange(1, 4) * np.ones((4, 1)))
+
+
+def test_a_lease_shorter_than_the_plan_is_predicted_and_stops_training_while_waiting():
+    policy = PSP(2, k_max=8)
+    book = Book(2)
+    for w, t in enumerate([0.01, 0.04]):
+        book.record_push(w, 1, False, t, t, steps=1)
+        policy.on_push(book, w)
+    policy.release(book)
+    r = policy.rounds[-1]
+    k = int(r.k[0])
+    assert k > 2
+    before = float(r.predicted[0])
+    policy.granted(book, 0, 2)                 # its lease covers 2 of its k steps
+    assert r.steps[0] == 2 and r.predicted[0] < before
+    policy.granted(book, 1, 100)               # plenty: nothing changes
+    assert r.steps[1] == r.k[1]
+    for w in range(2):
+        book.record_release(w)
+        book.record_push(w, 2, False, [0.01, 0.04][w], 0.1 + 0.03 * w, steps=int(r.steps[w]))
+        policy.on_push(book, w)
+    policy.release(book)
+    # worker 0 used up its lease with its push: it waited, it did not train on
+    assert policy.rounds[-1].lim[0] == 0 and policy.rounds[-1].lim[1] == 0   # 1 was critical: blocked

@@ -139,6 +139,20 @@ def test_psp_follows_a_straggler_that_recovers():
     assert (k[n // 4:].max(axis=1) == 1).mean() >= 0.9
 
 
+@pytest.mark.parametrize("slowdown", ["1:4", "lognormal:0.5"])
+@pytest.mark.parametrize("wait", ["train", "idle"])
+def test_psp_predicts_every_arrival_when_step_times_are_fixed(slowdown, wait):
+    # modeled step times are exact, so every arrival is predictable: fast workers that trained
+    # while their push waited push early, and the prediction must know by how much
+    psp = run(sync="psp", slowdown=slowdown, psp_wait=wait, epochs=4)["psp"]
+    assert psp["rounds"] > 20 and max(max(k) for k in psp["k"]) > 1
+    assert psp["median_relative_error"] < 0.01 and psp["fallback_share"] <= 0.05
+    # the misses left: a pass's short last minibatch (a short step) and the budget's last rounds
+    predicted, actual = np.array(psp["predicted_s"]), np.array(psp["actual_s"])
+    error = np.abs(actual - predicted) / predicted.max(axis=1, keepdims=True)
+    assert (error[actual >= 0] < 0.02).mean() >= 0.5
+
+
 def test_a_partial_minibatch_steps_in_proportion_to_its_rows():
     from mpikanel.engine.worker_core import StepPlan
     plan = StepPlan(1, 64, 1.0, 0.0, 2)

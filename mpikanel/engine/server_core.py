@@ -259,6 +259,8 @@ class ServerCore:
         else:
             speeds = None if self.policy.lockstep else book.step_s
             lease = self.budget.renew(w, speeds, book.active)
+            if self.budget.limited:
+                self.policy.granted(book, w, -(-lease // self.budget.batch_size))
             if self.budget.finish(w):
                 flags |= Flag.FINISH
         if self.policy.critical(book, w):

@@ -31,6 +31,10 @@ class SyncPolicy(ABC):
         """Whether worker w's next push closes a planned round (PSP); it then pushes on plan and blocks."""
         return False
 
+    def granted(self, book: Book, w: int, steps: int) -> None:
+        """Worker w, just answered, may run at most `steps` steps beyond its push (its budget
+        lease); PSP predicts a push the lease cuts short."""
+
     def delta_scale(self, book: Book, w: int) -> float:
         """Factor applied to worker w's waiting delta when it is added to the parameters."""
         return 1.0
