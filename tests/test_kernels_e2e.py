@@ -77,9 +77,10 @@ def test_libsvm_trains_on_csr_shards(tmp_path, model):
     data = tmp_path / "sparse.svm"
     _write_sparse_libsvm(data, 6000, 3000, 30, 3)
     proc, s = run_train(3, "--data", str(data), "--model", model, "--epochs", "5", "--lr", "1.0",
-                        "--hidden", "16", "--batch-size", "32", "--sync", "ssp", tmp_path=tmp_path, env=_env())
+                        "--hidden", "16", "--batch-size", "32", "--sync", "bsp", tmp_path=tmp_path, env=_env())
     assert proc.returncode == 0, proc.stderr
     assert s["n_features"] == 3000 and s["n_classes"] == 3
+    # BSP: the same accuracy on every run, whatever the timing (SSP once ended at 0.52 on a loaded node)
     assert s["test_accuracy"] > 0.55, s["test_accuracy"]   # chance is ~0.33
     assert s["deltas_sent"] == s["deltas_applied"] and s["delta_sum_rel_error"] < 1e-9
 

@@ -8,7 +8,9 @@ Protocol, per scenario (all runs at ``--ranks`` ranks, default 5, the same for e
    choice at either end of the grid is flagged in the results ("edge"): the grid may be too
    narrow for that model. Local SGD averages the ranks' parameters (the mean of their deltas)
    where the others add the sum, so its grid is ``--lrs`` x the number of trainers (the same
-   effective step sizes); tables show the rate actually used.
+   effective step sizes); under ``--engine sim`` with N workers the grid is ``--lrs`` x 4/N (N
+   workers add N deltas: the same step per sample as the recorded harness's 4 workers at
+   ``--lrs``); tables show the rate actually used.
 2. **Seeds**: every model runs again at its chosen rate with each other seed of ``--seeds``
    (the selection run counts as the first seed's).
 3. **Target**, per seed = 1.03 x the lowest final validation loss of the scenario's BSP runs with
@@ -101,6 +103,8 @@ ABLATIONS = {"psp-zipline": ("--sync", "psp", "--psp-wait", "idle"),
 #: what the ':ARG' of a model spec sets: ssp:3 (staleness), esp:inverse, psp:normalized
 MODEL_ARG = {"ssp": "--staleness", "esp": "--esp-scale", "psp": "--psp-aggregate"}
 TARGET_FACTOR = 1.03
+#: --engine sim scales the rate grid by this over the worker count (the recorded harness's 4 workers)
+REFERENCE_WORKERS = 4
 CONTENTION_RATIO = 1.3
 MIN_GRID, MIN_SPAN = 4, 10.0
 HEADERS = ("model", "lr", "held time to target s (val)", "ratio to BSP", "first touch s (val)",
@@ -219,7 +223,10 @@ def spread(values: Sequence[float | None]) -> Spread | None:
 
 
 def _num(x: float, spec: str, never: str) -> str:
-    return never if math.isinf(x) else format(x, spec)
+    if math.isinf(x):
+        return never
+    # "time": 3 significant digits, so the simulator's short runs at many workers keep theirs
+    return format(x, "#.3g").rstrip(".") if spec == "time" else format(x, spec)
 
 
 def format_spread(values: Sequence[float | None], spec: str = ".4f", never: str = "n/a") -> str:
@@ -241,7 +248,7 @@ def format_time(values: Sequence[float | None], what: str = "held") -> str:
     never = f"not {what}"
     if s.missing == s.n:
         return f"{never} (0/{s.n})"
-    text = format_spread(values, ".2f", never)
+    text = format_spread(values, "time", never)
     return text if s.missing == 0 else f"{text} ({s.n - s.missing}/{s.n} {what})"
 
 
@@ -288,6 +295,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="--engine sim: modeled seconds per step (default: measured by each run)")
     for key in ("synthetic-rows", "synthetic-features", "batch-size", "epochs"):
         parser.add_argument(f"--{key}", type=int, default=None, help=f"workload override (default {WORKLOAD[key]})")
+    parser.add_argument("--snapshot-interval", type=float, default=None,
+                        help=f"seconds between curve points (default {WORKLOAD['snapshot-interval']}; "
+                             "--engine sim: x 4/N at N workers, whose runs are that much shorter)")
 
 
 def _flags(values: dict[str, str]) -> list[str]:
@@ -390,8 +400,8 @@ def _scenarios(args: argparse.Namespace) -> list[str]:
 
 def _workload(args: argparse.Namespace) -> dict[str, str]:
     workload = dict(QUICK if args.quick else WORKLOAD)
-    for key in ("synthetic-rows", "synthetic-features", "batch-size", "epochs"):
-        value = getattr(args, key.replace("-", "_"))
+    for key in ("synthetic-rows", "synthetic-features", "batch-size", "epochs", "snapshot-interval"):
+        value = getattr(args, key.replace("-", "_"), None)
         if value is not None:
             workload[key] = str(value)
     return workload
@@ -423,7 +433,10 @@ def run(args: argparse.Namespace) -> int:
               "without a server); left out", file=sys.stderr)
     code = 0
     for n in args.workers or [args.ranks - 1]:
-        sub = argparse.Namespace(**{**vars(args), "ranks": n + 1, "models": models, "out": str(base / f"workers-{n}")})
+        # the same work over N workers ends about N/4 times sooner: keep the curve's resolution
+        interval = (args.snapshot_interval or float(_workload(args)["snapshot-interval"])) * REFERENCE_WORKERS / n
+        sub = argparse.Namespace(**{**vars(args), "ranks": n + 1, "models": models, "out": str(base / f"workers-{n}"),
+                                    "snapshot_interval": float(f"{interval:.3g}")})
         code = max(code, run_engine(sub))
     return code
 
@@ -474,8 +487,11 @@ def rereport(args: argparse.Namespace) -> int:
 
 
 def rates_for(args: argparse.Namespace, model: str) -> list[float]:
-    """The model's rate grid: --lrs, times the trainer count for local SGD."""
+    """The model's rate grid: --lrs, times the trainer count for local SGD; under the simulator,
+    times REFERENCE_WORKERS / N (N workers add N deltas: the same step per sample as 4 at --lrs)."""
     scale = model_run(model, args.ranks).lr_scale
+    if getattr(args, "engine", "mpi") == "sim":
+        scale *= REFERENCE_WORKERS / (args.ranks - 1)
     return [float(f"{lr * scale:.6g}") for lr in args.lrs]
 
 
@@ -511,8 +527,8 @@ def table_row(model: str, choice: dict, runs: list[dict], bsp_held: list[float |
     seeds = f" ({len(ok)}/{len(runs)} seeds ok)" if len(ok) < len(runs) else ""
     return [model, f"{choice['lr']:g}" + (" (edge)" if choice["warning"] else "") + seeds, format_time(held),
             ratio_to(bsp_held, held), format_time([r["touch_s"] for r in ok], "touched"),
-            col("test_loss", ".4f"), col("test_accuracy", ".4f"), col("total_wait_s", ".2f"),
-            col("wall_s", ".2f"), col("samples", ".0f"), col("step_time_ratio", ".2f")]
+            col("test_loss", ".4f"), col("test_accuracy", ".4f"), col("total_wait_s", "time"),
+            col("wall_s", "time"), col("samples", ".0f"), col("step_time_ratio", ".2f")]
 
 
 def markdown_table(headers: Sequence[str], rows: list[list[str]]) -> str:
@@ -678,7 +694,9 @@ def _header(args: argparse.Namespace, workload: dict[str, str], meta: dict) -> s
             + (f"; report rebuilt at commit {meta['report_rebuilt_at_commit']} (--report-only)"
                if meta.get("report_rebuilt_at_commit") else "") + "\n\n"
             f"workload: `{' '.join(_flags(workload))} --val-fraction {args.val_fraction:g}`; rate grid "
-            f"{' '.join(f'{x:g}' for x in args.lrs)} (local SGD: x {args.ranks} trainers); seeds "
+            f"{' '.join(f'{x:g}' for x in args.lrs)} (local SGD: x {args.ranks} trainers"
+            + (f"; simulator: x {REFERENCE_WORKERS}/{args.ranks - 1} workers" if getattr(args, "engine", "mpi") == "sim" else "")
+            + f"); seeds "
             f"{' '.join(map(str, args.seeds))} (rate chosen with seed {args.seeds[0]} on final validation loss)\n\n"
             f"target: {meta['target_rule']}\n\n"
             "versions: " + ", ".join(f"{k} {v}" for k, v in meta["versions"].items()) + "\n\n"
