@@ -108,7 +108,13 @@ class Budget:
     def restore(self, state: dict) -> None:
         """Continue from a checkpointed state()."""
         self.counted = int(state["counted"])
-        self.lease[:] = np.asarray(state["lease"], dtype=np.int64)
+        if state["lease"] is None:
+            # a start with another worker count: fresh leases, within what is left of the budget
+            if self.limited:
+                left = max(0, self.total - self.counted)
+                self.lease[:] = np.minimum(self.lease, left // max(1, self.n_workers))
+        else:
+            self.lease[:] = np.asarray(state["lease"], dtype=np.int64)
         self.expired = bool(state["expired"])
 
 

@@ -220,6 +220,7 @@ def train(config: TrainConfig | dict | None = None, comm=None, _stop: StopSignal
         comm.Bcast(params, root=0)
         summary = _finish(comm, s, params, initial, stats, server_stats, recorder, wall,
                           {"resumed_from": resumed_from, "checkpoint": written,
+                           "reshaped": ckpt.server.get("reshaped") if ckpt is not None else None,
                            "elapsed_before_s": ckpt.elapsed_s if ckpt is not None else 0.0,
                            "load_avg_before": load_before, "load_avg_after": os.getloadavg()[0],
                            "threads": threads})
@@ -246,6 +247,11 @@ def _load_resume(config: TrainConfig, ranks: int, s: Setup):
     else:
         ckpt = ckpt_mod.load(config.resume)
     ckpt_mod.check_compatible(ckpt, ranks, config.sync, s.model.name, s.n_params)
+    if ckpt.ranks != ranks:
+        if not config.quiet:
+            print(f"mpikanel: {ckpt.path} was written by {ckpt.ranks} ranks; resuming on {ranks}: unsent work "
+                  "folded into the parameters, shards dealt anew, sync state restarted", flush=True)
+        ckpt = ckpt_mod.reshape(ckpt, ranks)
     if not config.quiet:
         print(f"mpikanel: resumed from {ckpt.path} ({ckpt.reason}, {ckpt.elapsed_s:.1f} s trained)", flush=True)
     return ckpt, str(ckpt.path)
@@ -289,7 +295,8 @@ def _serve(comm, s: Setup, params: np.ndarray, initial: np.ndarray, ckpt, stop: 
         core = ServerCore(params, policy, n_workers, budget, recorder, control, on_progress)
         if ckpt is not None:
             core.restore(ckpt.server, ckpt.server_arrays)
-            core.worker_states = dict(enumerate(ckpt.workers))
+            if not ckpt.server.get("reshaped"):
+                core.worker_states = dict(enumerate(ckpt.workers))
         probes = schedule_for(config, n_workers).uses_probes
         stats = ParameterServer(comm, core, service, probes=probes).run()
     return stats, recorder, (written[-1] if written else None)
@@ -302,7 +309,11 @@ def _work(comm, s: Setup, params: np.ndarray, rank: int, state: dict | None, sto
     config, n_workers = s.config, comm.Get_size() - 1
     client = WorkerClient(comm, s.n_params)
     client.stop_requested = stop.requested
-    rng = np.random.default_rng([config.seed, rank])
+    if state is not None and "reshaped_seq" in state:
+        # a start on another worker count: a new pass over the new shard, in a new order
+        rng, state = np.random.default_rng([config.seed, rank, int(state["reshaped_seq"])]), None
+    else:
+        rng = np.random.default_rng([config.seed, rank])
     injector = Injector(hetero_spec(config), rank, n_workers,
                         fair_steps(config.epochs, s.train_rows, n_workers, config.batch_size))
     try:

@@ -138,3 +138,28 @@ def test_inspect_lists_checkpoints_verified_and_says_what_resume_latest_loads(tm
     assert len(rows) == 1 and rows[0]["valid"] and rows[0]["n_params"] == 50
     assert ck.main(["inspect", str(tmp_path / "nowhere")]) == 2
     assert "no such checkpoint" in capsys.readouterr().err
+
+
+def test_reshape_folds_every_workers_unsent_work_and_samples_into_the_start():
+    import numpy as np
+
+    from mpikanel import checkpoint as ck
+    from mpikanel.budget import Budget
+
+    workers = [{"state": {"schedule": {"unsent_samples": 64 * (i + 1)}}, "unsent": np.full(3, float(i + 1)),
+                "produced": np.zeros(3), "order": np.arange(4)} for i in range(3)]
+    old = ck.Checkpoint(params=np.ones(3), initial=np.zeros(3), config={"budget": "shared"}, ranks=4, sync="ssp",
+                        model="softmax", server={"version": 7, "deltas_applied": 9, "busy_s": 1.0, "policy": {},
+                                                 "budget": {"counted": 1000, "lease": [5, 5, 5], "expired": False}},
+                        server_arrays={}, workers=workers, seq=3)
+    new = ck.reshape(old, 6)
+    assert new.ranks == 6 and len(new.workers) == 5
+    assert new.params.tolist() == [7.0, 7.0, 7.0]           # 1 + (1 + 2 + 3): nothing unsent is lost
+    assert new.initial.tolist() == new.params.tolist()      # delta accounting restarts at the cut
+    assert new.server["budget"]["counted"] == 1000 + 64 * 6 and new.server["version"] == 7
+    b = Budget(5, 2000, 64)
+    b.restore(new.server["budget"])
+    assert b.counted == 1384 and b.lease.sum() <= 2000 - 1384   # fresh leases within what is left
+    with pytest.raises(InputError, match="per-worker"):
+        ck.check_compatible(ck.Checkpoint(**{**vars(old), "config": {"budget": "per-worker"}}), 6, "ssp",
+                            "softmax", 3)

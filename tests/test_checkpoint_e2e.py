@@ -208,14 +208,33 @@ def test_kill_during_checkpoint_write_resumes_from_the_previous_checkpoint(tmp_p
 
 def test_incompatible_and_corrupted_checkpoints_are_clear_errors(tmp_path):
     ck = tmp_path / "ck"
-    proc, _ = run_train(4, *RUN, "--checkpoint-dir", str(ck), tmp_path=tmp_path)
+    proc, _ = run_train(4, *RUN, "--budget", "per-worker", "--checkpoint-dir", str(ck), tmp_path=tmp_path)
     assert proc.returncode == 0
     path = next(ck.glob("ckpt-*.h5"))
-    proc, _ = run_train(3, *RUN, "--resume", str(path))
+    # per-worker budgets keep each worker's epochs: another worker count is refused
+    proc, _ = run_train(3, *RUN, "--budget", "per-worker", "--resume", str(path))
     assert proc.returncode == 2 and "written by 4 ranks, this run has 3" in proc.stderr
     assert "Traceback" not in proc.stderr
-    proc, _ = run_train(4, "--model", "logistic", *RUN, "--resume", str(path))
+    proc, _ = run_train(4, "--model", "logistic", *RUN, "--budget", "per-worker", "--resume", str(path))
     assert proc.returncode == 2 and "holds model softmax" in proc.stderr
     path.write_bytes(path.read_bytes()[:2000])
-    proc, _ = run_train(4, *RUN, "--resume", str(path))
+    proc, _ = run_train(4, *RUN, "--budget", "per-worker", "--resume", str(path))
     assert proc.returncode == 2 and str(path) in proc.stderr and "corrupted or truncated" in proc.stderr
+
+
+def test_resume_on_another_worker_count_loses_no_work(tmp_path):
+    ck = tmp_path / "ck"
+    proc = start(4, *LONG, "--sync", "ssp", "--checkpoint-dir", str(ck), "--checkpoint-every", "0.5")
+    wait_for(ck, 1, proc)
+    proc.send_signal(signal.SIGUSR1)
+    rc, _, err = finish(proc)
+    assert rc == 75, err
+    # 3 workers stopped; 2 carry on (a lost node): their unsent work is folded in, the budget exact
+    proc, s = run_train(3, *LONG, "--sync", "ssp", "--checkpoint-dir", str(ck), "--resume", "latest",
+                        tmp_path=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert "resuming on 3" in proc.stdout + proc.stderr or s["reshaped"]
+    assert s["reshaped"]["ranks"] == 4 and s["workers"] == 2
+    assert s["samples"] + s["reshaped"]["samples_before"] == s["samples_budget"] == int(LONG[3]) * 90000
+    assert_no_lost_work(s)
+    assert s["test_accuracy"] > 0.85                 # same band as an uninterrupted run (~0.88)

@@ -311,13 +311,15 @@ class ServerCore:
         """Continue from a checkpointed server state."""
         b, st = self.book, self.stats
         b.version = int(meta["version"])
-        b.clock[:] = arrays["clock"]
-        b.active[:] = arrays["active"].astype(bool)
         st.deltas_applied = int(meta["deltas_applied"])
         st.busy_s = float(meta["busy_s"])
+        self.budget.restore(meta["budget"])
+        if meta.get("reshaped"):
+            return      # another worker count (checkpoint.reshape): clocks, counters, policy start fresh
+        b.clock[:] = arrays["clock"]
+        b.active[:] = arrays["active"].astype(bool)
         for key in ("pushes", "held_s", "staleness_sum", "staleness_max", "steps", "samples"):
             getattr(st, key)[:] = arrays[key]
         if "unapplied" in arrays:
             st.unapplied = np.array(arrays["unapplied"], dtype=np.float64)
-        self.budget.restore(meta["budget"])
         self.policy.restore(meta["policy"])
