@@ -81,9 +81,9 @@ def test_sweep_array_completes(slurm: Slurm, jobdir: Path) -> None:
 
 
 def _signal_requeue_resume(slurm: Slurm, jobdir: Path, env: dict[str, str], ntasks: int,
-                           timeout: float) -> tuple[str, str, dict[str, str]]:
+                           timeout: float, requeue_ntasks: int | None = None) -> tuple[str, str, dict[str, str]]:
     """Submit checkpointed.sbatch with `sbatch --wait`, signal it once training runs, release the
-    requeued job, and wait for the end; returns (job id, the job's log, the last scontrol record
+    requeued job (with `requeue_ntasks` tasks if given: another allocation size), and wait for the end; returns (job id, the job's log, the last scontrol record
     seen: the finished job's, as SLURM keeps it for MinJobAge seconds and it is polled meanwhile)."""
     name = f"ckpt-{uuid.uuid4().hex[:8]}"
     # --time/--signal: the script's own warning (B:USR1 300 s before the limit) must not fire here
@@ -125,6 +125,9 @@ def _signal_requeue_resume(slurm: Slurm, jobdir: Path, env: dict[str, str], ntas
                              lambda: (r := slurm.job(job_id)) and r.get("JobState") in {"PENDING", "RUNNING", *FINISHED}
                              and r, 30)
         if rec.get("JobState") == "PENDING":
+            if requeue_ntasks is not None:
+                slurm.cmd("scontrol", "update", f"jobid={job_id}", f"NumTasks={requeue_ntasks}",
+                          f"NumCPUs={requeue_ntasks}")
             slurm.cmd("scontrol", "update", f"jobid={job_id}", "starttime=now")
         # SLURM forgets a finished job after MinJobAge (4 s here): poll its record while sbatch
         # --wait runs and keep the last one seen, so the final state is always checked
@@ -210,3 +213,22 @@ def test_checkpointed_job_signal_requeue_resume(slurm: Slurm, jobdir: Path, tmp_
         (summary["test_loss"], ref["test_loss"])
     assert summary["params_sha256"] == ref["params_sha256"], "BSP resumed from a checkpoint must be bitwise identical"
     sys.stderr.write(f"[slurm] checkpointed.sbatch ({launcher}: signal, requeue, resume) took {time.monotonic() - t0:.1f}s\n")
+
+
+@pytest.mark.timeout(300, func_only=True)
+def test_requeued_job_resumes_on_another_task_count(slurm: Slurm, jobdir: Path) -> None:
+    """A requeue that gets a smaller allocation (4 tasks, then 3): the run resumes from the 4-rank
+    checkpoint on 3 ranks, loses no work and completes the shared budget exactly."""
+    ckpt = jobdir / "ckpt"
+    args = "--synthetic-rows 20000 --epochs 8 --pause-prob 1 --pause-s 0.003 --sync ssp"
+    env = slurm.job_env(MPIKANEL_LAUNCHER="mpiexec", MPIKANEL_CKPT_DIR=str(ckpt), MPIKANEL_CKPT_EVERY="0",
+                        MPIKANEL_ARGS=args)
+    job_id, log, rec = _signal_requeue_resume(slurm, jobdir, env, ntasks=4, timeout=240, requeue_ntasks=3)
+    assert "run 0: training exited with code 75" in log and f"requeued job {job_id}" in log, log
+    run1 = log[log.index("run 1:"):]
+    assert "resuming on 3" in run1 and "run 1: training exited with code 0" in run1, log
+    summary = json.loads((ckpt / "summary.json").read_text())
+    assert summary["reshaped"]["ranks"] == 4 and summary["workers"] == 2, summary.get("reshaped")
+    assert summary["samples"] + summary["reshaped"]["samples_before"] == summary["samples_budget"] == 8 * 18000
+    assert summary["deltas_sent"] == summary["deltas_applied"] and summary["delta_sum_rel_error"] < 1e-9
+    assert rec.get("JobState") == "COMPLETED" and rec.get("Restarts") == "1", rec
