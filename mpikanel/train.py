@@ -6,13 +6,15 @@ training starts; any failure after that aborts the whole job with the failing ra
 """
 from __future__ import annotations
 
+import dataclasses
+
 import json
 import os
 import signal
 import sys
 import time
 import types
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Callable, TypeVar
 
 import numpy as np
@@ -252,6 +254,11 @@ def _load_resume(config: TrainConfig, ranks: int, s: Setup):
             print(f"mpikanel: {ckpt.path} was written by {ckpt.ranks} ranks; resuming on {ranks}: unsent work "
                   "folded into the parameters, shards dealt anew, sync state restarted", flush=True)
         ckpt = ckpt_mod.reshape(ckpt, ranks)
+        # each worker starts on the lease the server's restored budget gives it
+        budget = budget_for(config, ranks - 1, s.train_rows)
+        budget.restore(ckpt.server["budget"])
+        for w, start in enumerate(ckpt.workers):
+            start["lease"] = int(budget.lease[w])
     if not config.quiet:
         print(f"mpikanel: resumed from {ckpt.path} ({ckpt.reason}, {ckpt.elapsed_s:.1f} s trained)", flush=True)
     return ckpt, str(ckpt.path)
@@ -309,15 +316,18 @@ def _work(comm, s: Setup, params: np.ndarray, rank: int, state: dict | None, sto
     config, n_workers = s.config, comm.Get_size() - 1
     client = WorkerClient(comm, s.n_params)
     client.stop_requested = stop.requested
+    plan = s.plan
     if state is not None and "reshaped_seq" in state:
-        # a start on another worker count: a new pass over the new shard, in a new order
-        rng, state = np.random.default_rng([config.seed, rank, int(state["reshaped_seq"])]), None
+        # a start on another worker count: a new pass over the new shard, in a new order, on the
+        # lease the server's restored budget gives this worker
+        rng = np.random.default_rng([config.seed, rank, int(state["reshaped_seq"])])
+        plan, state = replace(plan, lease=int(state["lease"])), None
     else:
         rng = np.random.default_rng([config.seed, rank])
     injector = Injector(hetero_spec(config), rank, n_workers,
                         fair_steps(config.epochs, s.train_rows, n_workers, config.batch_size))
     try:
-        _, stats = run_worker(client, s.shard, params, s.plan, rng, rank, injector,
+        _, stats = run_worker(client, s.shard, params, plan, rng, rank, injector,
                               schedule_for(config, n_workers), resume=state)
     finally:
         client.close()
