@@ -200,3 +200,14 @@ def test_esp_notes_compare_the_round_trip_with_the_injected_delay_and_report_pro
     assert "36.0 ms against the injected 30 ms + the unloaded 4.0 ms (homogeneous) = 34.0 ms" in notes[0]
     assert "200 probes per run" in notes[1] and "12.0 µs per probe" in notes[1]
     assert bench.esp_notes(records, "homogeneous", ["esp"], choices)[0].endswith("4.0 ms")
+
+
+def test_psp_notes_report_prediction_error_fallback_and_wait_against_bsp():
+    def rec(model, seed, wait, **kw):
+        return {"scenario": "straggler", "model": model, "lr": 2.0, "seed": seed, "ok": True, "total_wait_s": wait, **kw}
+    records = [rec("bsp", s, 8.0) for s in range(3)]
+    records += [rec("psp", s, 1.0, psp_error=e, psp_error_p90=0.3, psp_fallback=0.0) for s, e in enumerate([0.1, 0.05, 0.2])]
+    choices = {("straggler", m): {"lr": 2.0} for m in ("bsp", "psp")}
+    notes = bench.psp_notes(records, "straggler", ["bsp", "psp"], choices)
+    assert notes == ["- psp: prediction error median 0.100 [0.050-0.200], p90 0.300 [0.300-0.300]; "
+                     "fallback rounds 0.0 [0.0-0.0]%; total wait 0.12x BSP's"]

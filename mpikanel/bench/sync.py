@@ -377,6 +377,10 @@ def load_record(record: dict) -> None:
         record["probe_server_us"] = 1e6 * float(s["server_probe_s"]) / int(s["server_probes"])
         rtts = [float(w["probe_rtt_mean_s"]) for w in per_worker if w.get("probes")]
         record["probe_rtt_ms"] = 1e3 * float(np.median(rtts)) if rtts else None
+    psp = s.get("psp")
+    if psp and psp.get("rounds"):
+        record.update(psp_error=float(psp["median_relative_error"]), psp_error_p90=float(psp["p90_relative_error"]),
+                      psp_fallback=float(psp["fallback_share"]))
     record["_val_curve"] = (list(curve["time_s"]), list(curve["val_loss"]))
 
 
@@ -562,6 +566,7 @@ def scenario_notes(records: list[dict], scenario: str, models: list[str], choice
     runs = [r for r in records if r["scenario"] == scenario]
     notes += [f"- {r['model']} lr {r['lr']:g} seed {r['seed']}: {r.get('error')}" for r in runs if not r["ok"]]
     notes += esp_notes(records, scenario, models, choices)
+    notes += psp_notes(records, scenario, models, choices)
     if scenario == "homogeneous":
         flagged = [r for r in runs if r["ok"] and (r.get("step_time_ratio") or 0) > CONTENTION_RATIO]
         if flagged:
@@ -571,6 +576,27 @@ def scenario_notes(records: list[dict], scenario: str, models: list[str], choice
                          "injection: CPU contention, not the sync model, shaped their times"
                          + ("" if len(flagged) > 10 else " (runs: " + ", ".join(
                              f"{r['model']} lr {r['lr']:g} s{r['seed']}" for r in flagged) + ")"))
+    return notes
+
+
+def psp_notes(records: list[dict], scenario: str, models: list[str], choices: dict) -> list[str]:
+    """PSP's prediction at its chosen rate: the median and p90 relative arrival error and the share
+    of fallback rounds (per run, then median [min-max] over seeds), and its waiting against BSP's."""
+    notes = []
+    bsp = [r for r in _chosen_runs(records, scenario, "bsp", choices[scenario, "bsp"]["lr"]) if r["ok"]] \
+        if ("bsp" in models and (scenario, "bsp") in choices) else []
+    for m in models:
+        runs = [r for r in _chosen_runs(records, scenario, m, choices[scenario, m]["lr"])
+                if r["ok"] and r.get("psp_error") is not None]
+        if not runs:
+            continue
+        text = (f"- {m}: prediction error median {format_spread([r['psp_error'] for r in runs], '.3f')}, "
+                f"p90 {format_spread([r['psp_error_p90'] for r in runs], '.3f')}; fallback rounds "
+                f"{format_spread([100 * r['psp_fallback'] for r in runs], '.1f')}%")
+        wait, base = spread([r["total_wait_s"] for r in runs]), spread([r["total_wait_s"] for r in bsp])
+        if wait is not None and base is not None and base.median > 0:
+            text += f"; total wait {wait.median / base.median:.2f}x BSP's"
+        notes.append(text)
     return notes
 
 
