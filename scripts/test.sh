@@ -49,11 +49,13 @@ export NUMBA_CACHE_DIR=$NUMBA_CACHE_DIR-$SECOND
 # checkpoint (exit 75), and the timing-sensitive ESP check of skip rates on a slow link, which Open
 # MPI's different wake-up timing moves. Also left out there, to keep CI under 20 minutes: the
 # checkpoint tests whose MPI part the ones kept already exercise (per-model resumes, a resume on
-# another worker count, a kill inside a write, a killed worker, the error paths).
+# another worker count, a kill inside a write, a killed worker, the error paths) and the runs
+# that test no MPI behaviour of their own (a TOML config, the saved model, the sparse data).
 run2 "$V2/bin/python" -m pytest -q -p no:cacheprovider \
   tests/test_train_e2e.py tests/test_checkpoint_e2e.py tests/test_esp_psp_e2e.py tests/test_bench_server.py tests/test_mpi_env.py \
   -k "not fashion and not soak and not sixteen and not (signal_checkpoints and 15) and not skips_on_the_slow_link \
       and not async_models_resume and not kill_during_checkpoint_write and not incompatible \
-      and not another_worker_count and not (sigkill and worker)"
+      and not another_worker_count and not (sigkill and worker) and not toml_config and not save_model \
+      and not synthetic_sparse"
 run2 "$V2/bin/python" -m mpikanel.run -n 2 -- "$V2/bin/python" -m pytest -q -p no:cacheprovider --with-mpi tests/mpi
 echo "done in $((SECONDS - t0))s"

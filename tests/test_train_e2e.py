@@ -174,12 +174,12 @@ def kill_rank(pid: int, rank: int) -> None:
 
 
 def test_asp_soak_sixteen_ranks_loses_nothing(tmp_path):
-    # 15 workers x 2250 steps = 33750 pushes through one server; every delta must arrive
+    # 15 workers x 900 steps = 13500 pushes through one server; every delta must arrive
     proc, s = run_train(16, "--sync", "asp", "--synthetic-rows", "20000", "--synthetic-features", "20",
-                        "--batch-size", "8", "--epochs", "15", "--test-fraction", "0.1", "--lr", "0.01",
+                        "--batch-size", "8", "--epochs", "6", "--test-fraction", "0.1", "--lr", "0.01",
                         tmp_path=tmp_path, timeout=600)
     assert proc.returncode == 0, proc.stderr
-    assert s["deltas_sent"] >= 30_000
+    assert s["deltas_sent"] >= 12_000
     assert_no_lost_work(s)
 
 
