@@ -25,6 +25,7 @@ class TrainConfig:
     """Everything a training run needs; TOML keys and CLI flags mirror these names."""
 
     sync: str = "bsp"
+    servers: int = 1
     staleness: float = 3.0
     model: str = "softmax"
     hidden: int = 64
@@ -143,6 +144,8 @@ def _validate(c: TrainConfig) -> None:
                          f"{', '.join(PSP_OBJECTIVES)}, got '{c.psp_estimator}' and '{c.psp_objective}'")
     if c.psp_wait not in PSP_WAITS:
         raise InputError(f"--psp-wait must be one of {', '.join(PSP_WAITS)}, got '{c.psp_wait}'")
+    if c.servers < 1:
+        raise InputError(f"--servers must be >= 1, got {c.servers}")
     if c.threads < 1:
         raise InputError(f"--threads must be >= 1, got {c.threads}")
     if not (c.l2 >= 0 and math.isfinite(c.l2)):
@@ -188,6 +191,8 @@ def _flag(name: str) -> str:
 
 _HELP = {
     "sync": "synchronization model: " + "; ".join(f"{m.name} = {m.summary}" for m in SYNC_REGISTRY.values()),
+    "servers": "server ranks K: ranks 0..K-1 serve one contiguous key range each (rank 0 decides for all "
+               "of them), ranks K.. train",
     "staleness": "SSP staleness bound s (0 = BSP, inf = ASP)",
     "model": "model to train: logistic (binary), softmax, svm (one-vs-rest hinge), lsq (one-vs-rest "
              "ridge on one-hot targets), mlp (one hidden layer), or a name given to register_model",

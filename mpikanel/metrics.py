@@ -57,9 +57,13 @@ class SnapshotRecorder:
         self.snapshots: list[Snapshot] = []
         self._last_s = -math.inf        # the first call always records
 
+    def due(self, now_s: float) -> bool:
+        """Whether maybe_snapshot at now_s would copy the parameters."""
+        return now_s - self._last_s >= self.interval_s
+
     def maybe_snapshot(self, now_s: float, params: np.ndarray, version: int) -> bool:
         """Copy `params` if `interval_s` has passed since the last snapshot; True if it did."""
-        if now_s - self._last_s < self.interval_s:
+        if not self.due(now_s):
             return False
         self._record(now_s, params, version)
         return True

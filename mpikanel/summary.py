@@ -38,8 +38,11 @@ def evaluate(s: Any, params: np.ndarray, initial: np.ndarray, losses: list[tuple
     return {
         "sync": s.config.sync,
         "model": s.model.name,
-        "workers": ranks - 1,
+        "workers": len(workers),
         "ranks": ranks,
+        "servers": s.config.servers,
+        # per server rank: its key range, pushes and bytes received, busy seconds (and per push), peak RSS
+        "server_ranks": getattr(server_stats, "servers", None),
         "data": s.info.description,
         "n_train": n_train,
         "n_test": n_test,

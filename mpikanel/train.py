@@ -1,6 +1,7 @@
 """Entry points: ``python -m mpikanel.train`` and the library call ``mpikanel.train(config, comm)``.
 
-Rank 0 serves the parameters; ranks 1..N-1 train. Set-up (data, model, policy) is
+Ranks 0..K-1 serve the parameters (``--servers K``, default 1; rank 0 decides for all of them),
+the other ranks train. Set-up (data, model, policy) is
 validated collectively, so bad input raises the same InputError on every rank before
 training starts; any failure after that aborts the whole job with the failing rank named.
 """
@@ -38,6 +39,7 @@ from .engine.server_core import ServerCore
 from .hetero import HeteroSpec, Injector, ServerDelay, describe_hetero, parse_hetero
 from .kernels import CSR, BoundModel, Model, bind, get_model, set_threads, warmup
 from .metrics import SnapshotRecorder, evaluate_curve, write_metrics
+from .servermap import ServerMap
 from .summary import add_curve, evaluate, format_summary
 from . import sync as sync_models
 from .sync import Schedule, SyncPolicy
@@ -62,6 +64,7 @@ class Setup:
     test: BoundModel | None    # the server's test rows
     val: BoundModel | None = None   # the server's validation rows (--val-fraction)
     train_rows: int = 0        # training rows the workers share (validation rows excluded)
+    servers: ServerMap | None = None   # which server rank owns which parameters
 
 
 def agree(comm, fn: Callable[[], T]) -> T:
@@ -147,11 +150,12 @@ def warm_ranks(comm, model: Model, sparse: bool | None = None) -> None:
 
 def setup(config: TrainConfig, comm) -> Setup:
     """Validate and load everything collectively; InputError on every rank if anything is wrong."""
-    size, rank = comm.Get_size(), comm.Get_rank()
-    if size < 2:
-        raise InputError("mpikanel needs at least 2 MPI ranks (1 server + workers); "
-                         "run as: mpiexec -n 4 python -m mpikanel.train")
-    n_workers = size - 1
+    size, rank, k = comm.Get_size(), comm.Get_rank(), config.servers
+    if size < k + 1:
+        raise InputError(f"mpikanel needs at least {k + 1} MPI ranks ({k} server{'s' if k > 1 else ''} + workers), "
+                         f"got {size}; run as: mpiexec -n {k + 3} python -m mpikanel.train"
+                         + (f" --servers {k}" if k > 1 else ""))
+    n_workers = size - k
     described = agree(comm, lambda: _describe_checked(config, n_workers) if rank == 0 else None)
     info = comm.bcast(described and described[0], root=0)   # the Model itself is not pickled
     model = get_model(config.model, hidden=config.hidden, activation=config.activation)
@@ -164,17 +168,21 @@ def setup(config: TrainConfig, comm) -> Setup:
         if rank == 0:
             val = load_rows(spec, info, train_rows, info.n_rows) if n_val else None
             return None, load_test(spec, info), val
-        start, stop = shard_range(train_rows, n_workers, rank - 1)
+        if rank < k:
+            return None, None, None     # the other servers hold parameters only
+        start, stop = shard_range(train_rows, n_workers, rank - k)
         return load_rows(spec, info, start, stop), None, None
 
     shard, test, val = agree(comm, load)
-    warm_ranks(comm, model, sparse=isinstance((shard or test).X, CSR))
+    sparse = comm.bcast(isinstance(test.X, CSR) if rank == 0 else None, root=0)
+    warm_ranks(comm, model, sparse=sparse)
     lease = budget_for(config, n_workers, train_rows).initial_lease() if config.budget == "shared" else None
     plan = StepPlan(config.epochs, config.batch_size, config.lr, config.l2, info.n_classes, config.max_steps,
                     lease=lease)
     bound = [None if d is None else bind(model, d.X, d.y, info.n_classes) for d in (shard, test, val)]
-    return Setup(config, info, model, model.n_params(info.n_features, info.n_classes), plan, *bound,
-                 train_rows=train_rows)
+    n_params = model.n_params(info.n_features, info.n_classes)
+    return Setup(config, info, model, n_params, plan, *bound, train_rows=train_rows,
+                 servers=ServerMap(n_params, k))
 
 
 def train(config: TrainConfig | dict | None = None, comm=None, _stop: StopSignals | None = None,
@@ -192,14 +200,16 @@ def train(config: TrainConfig | dict | None = None, comm=None, _stop: StopSignal
     try:
         s = setup(config, comm)
         threads = set_threads(config.threads)
-        rank = comm.Get_rank()
+        rank, k = comm.Get_rank(), config.servers
+        # a checkpoint counts ranks as with one server (workers + 1), so it resumes on any --servers
+        ranks = comm.Get_size() - k + 1
         # same seed on every rank -> identical start (zeros except e.g. the MLP's random weights)
         params = np.ascontiguousarray(s.model.init(s.n_params, s.info.n_features, s.info.n_classes,
                                                    np.random.default_rng([config.seed, 12345])), dtype=np.float64)
         initial = params.copy()
         ckpt, resumed_from = None, None
         if config.resume:
-            loaded = agree(comm, lambda: _load_resume(config, comm.Get_size(), s) if rank == 0 else None)
+            loaded = agree(comm, lambda: _load_resume(config, ranks, s) if rank == 0 else None)
             ckpt, resumed_from = loaded if rank == 0 else (None, None)
             resumed_from = comm.bcast(resumed_from, root=0)
         my_state = None
@@ -208,15 +218,19 @@ def train(config: TrainConfig | dict | None = None, comm=None, _stop: StopSignal
                 params[:], initial[:] = ckpt.params, ckpt.initial
             comm.Bcast(params, root=0)
             comm.Bcast(initial, root=0)
-            my_state = comm.scatter([None] + ckpt.workers if rank == 0 else None, root=0)
+            my_state = comm.scatter([None] * k + ckpt.workers if rank == 0 else None, root=0)
         comm.Barrier()
         load_before = os.getloadavg()[0]
         t0 = time.perf_counter()
         if rank == 0:
             server_stats, recorder, written = _serve(comm, s, params, initial, ckpt, stop)
             stats = WorkerStats(rank=0, rows=0, produced=np.zeros(s.n_params))
+        elif rank < k:
+            _follow(comm, s, params)
+            stats = WorkerStats(rank=rank, rows=0, produced=np.zeros(s.n_params))
+            server_stats = recorder = written = None
         else:
-            stats = _work(comm, s, params, rank, my_state, stop)
+            stats = _work(comm, s, params, rank - k, my_state, stop)
             server_stats = recorder = written = None
         wall = time.perf_counter() - t0
         comm.Bcast(params, root=0)
@@ -268,7 +282,7 @@ def _serve(comm, s: Setup, params: np.ndarray, initial: np.ndarray, ckpt, stop: 
     """Rank 0: run the parameter server; returns its stats, the snapshot recorder, the last checkpoint."""
     from .comm.server import ParameterServer
 
-    config, n_workers = s.config, comm.Get_size() - 1
+    config, n_workers = s.config, comm.Get_size() - s.config.servers
     if config.budget == "shared":
         total = -(-total_samples(config.epochs, s.train_rows) // config.batch_size)
     else:
@@ -287,7 +301,7 @@ def _serve(comm, s: Setup, params: np.ndarray, initial: np.ndarray, ckpt, stop: 
             states = [server.worker_states[w] for w in range(n_workers)]
             elapsed = elapsed_before + time.perf_counter() - server.t_start
             path = ckpt_mod.save(config.checkpoint_dir, ckpt_mod.Checkpoint(
-                params=params, initial=initial, config=config.to_dict(), ranks=comm.Get_size(),
+                params=params, initial=initial, config=config.to_dict(), ranks=n_workers + 1,
                 sync=config.sync, model=s.model.name, server=meta, server_arrays=arrays, workers=states,
                 elapsed_s=elapsed, final=final, reason=reason), keep=config.keep_checkpoints)
             written.append(str(path))
@@ -305,16 +319,27 @@ def _serve(comm, s: Setup, params: np.ndarray, initial: np.ndarray, ckpt, stop: 
             if not ckpt.server.get("reshaped"):
                 core.worker_states = dict(enumerate(ckpt.workers))
         probes = schedule_for(config, n_workers).uses_probes
-        stats = ParameterServer(comm, core, service, probes=probes).run()
+        stats = ParameterServer(comm, core, service, probes=probes, servers=s.servers).run()
     return stats, recorder, (written[-1] if written else None)
 
 
-def _work(comm, s: Setup, params: np.ndarray, rank: int, state: dict | None, stop: StopSignals) -> WorkerStats:
-    """Ranks 1..N-1: train on this rank's shard."""
+def _follow(comm, s: Setup, params: np.ndarray) -> None:
+    """Server ranks 1..K-1: serve their key range as rank 0 decides."""
+    from .comm.follower import FollowerServer
+
+    config = s.config
+    service = ServerDelay(config.server_delay, config.seed) if config.server_delay else None
+    FollowerServer(comm, params, s.servers, comm.Get_size() - config.servers, service).run()
+
+
+def _work(comm, s: Setup, params: np.ndarray, w: int, state: dict | None, stop: StopSignals) -> WorkerStats:
+    """Worker w (rank K + w): train on its shard. Seeds, shards and injected heterogeneity follow
+    w, not the rank, so a run is the same whatever the number of servers."""
     from .comm.worker import WorkerClient
 
-    config, n_workers = s.config, comm.Get_size() - 1
-    client = WorkerClient(comm, s.n_params)
+    config, n_workers = s.config, comm.Get_size() - s.config.servers
+    rank = w + 1                    # the worker's rank as with one server
+    client = WorkerClient(comm, s.n_params, servers=s.servers)
     client.stop_requested = stop.requested
     plan = s.plan
     if state is not None and "reshaped_seq" in state:
@@ -340,7 +365,7 @@ def _finish(comm, s: Setup, params: np.ndarray, initial: np.ndarray, stats: Work
     from mpi4py import MPI
 
     rank = comm.Get_rank()
-    if rank == 0:
+    if rank < s.config.servers:
         shard_loss = (0.0, 0, 0)
     else:
         shard_loss = (s.shard.loss_sum(params), s.shard.rows, s.shard.correct(params))
@@ -350,7 +375,7 @@ def _finish(comm, s: Setup, params: np.ndarray, initial: np.ndarray, stats: Work
     comm.Reduce(stats.produced, produced, op=MPI.SUM, root=0)
     summary = None
     if rank == 0:
-        summary = publish(s, params, initial, losses, worker_stats[1:], produced, server_stats, wall,
+        summary = publish(s, params, initial, losses, worker_stats[s.config.servers:], produced, server_stats, wall,
                           recorder, run_info, MPI.Get_library_version().splitlines()[0], comm.Get_size())
     return comm.bcast(summary, root=0)
 

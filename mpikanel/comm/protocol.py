@@ -24,6 +24,9 @@ class Tag(IntEnum):
     STATE = 13   # worker -> server: pickled resumable state (checkpoints, end of run; rare)
     PROBE = 14        # worker -> server: header-only "what would a push cost now?" (ESP)
     PROBE_REPLY = 15  # server -> worker: header-only answer, sent at once (even while holding)
+    CONTROL = 16      # server 0 -> server k > 0: the ops that replay its decisions (int64, see Op)
+    SLICE = 17        # server k > 0 -> server 0: its key range of the parameters (float64)
+    SERVER_STATS = 18  # server k > 0 -> server 0: its counters at the end (pickled; once)
 
 
 class H(IntEnum):
@@ -61,6 +64,34 @@ class Flag(IntEnum):
     STOP_REQUEST = 16   # push: this worker got SIGTERM/SIGUSR1; checkpoint and stop the run
     FINISH = 32         # reply: the work budget is spent: push your unsent work as DONE and leave
     CRITICAL = 64       # reply (PSP): your push closes the next round: push on plan and block
+
+
+class Op(IntEnum):
+    """What server 0 tells the other servers to do, in its order (a CONTROL message is int64
+    ``[n_ops, kind, w, arg, kind, w, arg, ...]``)."""
+
+    APPLY = 1   # add worker w's waiting delta; arg: the scale's float64 bits
+    REPLY = 2   # answer worker w with your range now; arg: 1 = listen for its next push
+    SLICE = 3   # send your range to server 0 (SLICE tag); arg: 1 = and what was scaled away
+    END = 4     # every worker has left: send your stats and range, then stop
+
+
+OP_INTS = 3
+
+
+def control_ints(n_workers: int) -> int:
+    """Length of a CONTROL buffer: every worker applied and answered, plus a slice and an end."""
+    return 1 + OP_INTS * (2 * n_workers + 2)
+
+
+def scale_bits(scale: float) -> int:
+    """An APPLY op's scale as the int64 with its float64 bits (exact)."""
+    return int(np.float64(scale).view(np.int64))
+
+
+def bits_scale(bits: int) -> float:
+    """The inverse of scale_bits."""
+    return float(np.int64(bits).view(np.float64))
 
 
 HEADER_INTS = len(H)

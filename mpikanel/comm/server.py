@@ -9,9 +9,15 @@ of the parameters that every reply at the same version shares (:class:`ReplySnap
 server holds a few parameter copies, not one per worker. With ``probes`` (ESP)
 it also keeps one persistent receive per worker for header-only PROBE frames and answers each
 at once, before the pushes that arrived with it (so a probe also sees them queued).
+
+With several servers (``ServerMap``) this is server 0, the one that decides: its core keeps the
+book for all of them, and every apply and answer it makes is replayed on servers 1..K-1
+(:class:`mpikanel.comm.follower.FollowerServer`) through small CONTROL messages of ops; they send
+their key ranges back only for a snapshot, a checkpoint cut and the end.
 """
 from __future__ import annotations
 
+import resource
 import time
 
 import numpy as np
@@ -19,7 +25,8 @@ from mpi4py import MPI
 
 from ..engine.server_core import Answer, Push, ServerCore, ServerStats
 from ..hetero import ServerDelay, sleep_for
-from .protocol import Flag, Frame, H, M, Tag, frame_nbytes
+from ..servermap import ServerMap
+from .protocol import OP_INTS, Flag, Frame, H, M, Op, Tag, control_ints, frame_nbytes
 
 __all__ = ["ParameterServer", "ReplySnapshots", "ServerStats"]
 
@@ -64,29 +71,51 @@ class ReplySnapshots:
         self.retired = busy
 
 
+def peak_rss_mb() -> float:
+    """This process's peak resident memory in MiB (Linux reports KiB)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+
+
+def server_report(rank: int, keys: slice, pushes: int, nbytes: int, busy_s: float, wall_s: float) -> dict:
+    """One server rank's line in the summary: its range, load and memory."""
+    return {"rank": rank, "keys": [keys.start, keys.stop], "pushes": pushes, "bytes_received": pushes * nbytes,
+            "busy_s": busy_s, "busy_us_per_push": 1e6 * busy_s / max(1, pushes), "wall_s": wall_s,
+            "peak_rss_mb": peak_rss_mb()}
+
+
 class ParameterServer:
-    """The MPI transport of a ServerCore: ranks 1..N are workers 0..N-1."""
+    """The MPI transport of a ServerCore: server ranks 0..K-1, then workers 0..N-1 (rank K + w)."""
 
     def __init__(self, comm: MPI.Comm, core: ServerCore, service: ServerDelay | None = None,
-                 probes: bool = False) -> None:
+                 probes: bool = False, servers: ServerMap | None = None) -> None:
         self.comm = comm
         self.core = core
         self.service = service
-        n, nw = core.params.size, core.n_workers
+        smap = servers if servers is not None else ServerMap(core.params.size, 1)
+        self.smap = smap
+        self.first = first = smap.first_worker()
+        keys = smap.range(0)
+        n, nw = keys.stop - keys.start, core.n_workers
         self._inbox = [Frame.allocate(n) for _ in range(nw)]
         self._outbox = [Frame.allocate(0) for _ in range(nw)]     # header + meta; the payload is a snapshot
         self._snapshots = ReplySnapshots(n)
-        self._recv = [comm.Recv_init([f.buf, MPI.BYTE], source=w + 1, tag=Tag.PUSH)
+        self._recv = [comm.Recv_init([f.buf, MPI.BYTE], source=w + first, tag=Tag.PUSH)
                       for w, f in enumerate(self._inbox)]
         self._send: list[MPI.Request] = [MPI.REQUEST_NULL] * nw
         self._probe_in = [Frame.allocate(0) for _ in range(nw)] if probes else []
         self._probe_out = [Frame.allocate(0) for _ in range(nw)] if probes else []
-        self._probe_recv = [comm.Recv_init([f.buf, MPI.BYTE], source=w + 1, tag=Tag.PROBE)
+        self._probe_recv = [comm.Recv_init([f.buf, MPI.BYTE], source=w + first, tag=Tag.PROBE)
                             for w, f in enumerate(self._probe_in)]
         self._probe_send: list[MPI.Request] = [MPI.REQUEST_NULL] * len(self._probe_recv)
         self._nbytes = frame_nbytes(n)
         self._listening = 0             # push receives posted and not yet completed
         self._t_start = 0.0
+        self._followers = list(range(1, smap.servers))
+        self._control = np.zeros(control_ints(nw), dtype=np.int64)
+        self._control_sends: list[MPI.Request] = []
+        self._ended = False
+        if self._followers:
+            core.keys, core.gather, core.ops = keys, self._gather, []
 
     def run(self) -> ServerStats:
         """Serve until every worker has sent its last push (or a stop checkpoint ends the run)."""
@@ -115,10 +144,12 @@ class ParameterServer:
                 if core.keeps_serving(answer.w):
                     self._recv[answer.w].Start()
                     self._listening += 1
+            self._flush()               # the other servers answer too (a worker waits for all of them)
             for w in core.collect:
-                core.worker_states[w] = self.comm.recv(source=w + 1, tag=Tag.STATE)
+                core.worker_states[w] = self.comm.recv(source=w + self.first, tag=Tag.STATE)
             core.cut_done(self._now())
             core.stats.busy_s += time.perf_counter() - t0
+        reports = self._end_followers()
         MPI.Request.Waitall(self._send)
         for req in self._recv:          # all inactive now: every worker's last push was answered
             req.Free()
@@ -128,7 +159,63 @@ class ParameterServer:
             req.Free()
         MPI.Request.Waitall(self._probe_send)
         core.stats.reply_snapshots_peak = self._snapshots.peak
-        return core.finish(self._now())
+        stats = core.finish(self._now())
+        own = server_report(0, self.smap.range(0), int(stats.pushes.sum()), self._nbytes, stats.busy_s, stats.wall_s)
+        stats.servers = [own] + reports
+        return stats
+
+    # --- the other servers (K > 1) ---------------------------------------------------------------
+
+    def _flush(self) -> None:
+        """Send the ops the core logged since the last flush to every other server, in order."""
+        ops = self.core.ops
+        if not ops:
+            return
+        buf = self._control
+        per = (buf.size - 1) // OP_INTS
+        for i in range(0, len(ops), per):
+            MPI.Request.Waitall(self._control_sends)    # the buffer is reused
+            chunk = ops[i:i + per]
+            buf[0] = len(chunk)
+            buf[1: 1 + OP_INTS * len(chunk)] = np.asarray(chunk, dtype=np.int64).ravel()
+            self._control_sends = [self.comm.Isend([buf, MPI.INT64_T], dest=k, tag=Tag.CONTROL)
+                                   for k in self._followers]
+        ops.clear()
+
+    def _gather(self, with_unapplied: bool) -> None:
+        """Fill the other servers' key ranges of the parameters (and what they scaled away)."""
+        if self._ended:
+            return
+        core = self.core
+        core.ops.append((Op.SLICE, 0, int(with_unapplied)))
+        self._flush()
+        for k in self._followers:
+            self._receive_range(k, with_unapplied)
+
+    def _receive_range(self, k: int, with_unapplied: bool) -> None:
+        core, keys = self.core, self.smap.range(k)
+        self.comm.Recv([core.params[keys], MPI.DOUBLE], source=k, tag=Tag.SLICE)
+        if with_unapplied:
+            part = np.empty(keys.stop - keys.start)
+            self.comm.Recv([part, MPI.DOUBLE], source=k, tag=Tag.SLICE)
+            if part.any() and core.stats.unapplied is None:
+                core.stats.unapplied = np.zeros_like(core.params)
+            if core.stats.unapplied is not None:
+                core.stats.unapplied[keys] = part
+
+    def _end_followers(self) -> list[dict]:
+        """Tell the other servers the run is over; take their final ranges and reports."""
+        if not self._followers:
+            return []
+        self.core.ops.extend([(Op.SLICE, 0, 1), (Op.END, 0, 0)])
+        self._flush()
+        reports = []
+        for k in self._followers:
+            self._receive_range(k, True)
+            reports.append(self.comm.recv(source=k, tag=Tag.SERVER_STATS))
+        MPI.Request.Waitall(self._control_sends)
+        self._ended = True
+        return reports
 
     def _arm(self) -> None:
         """Start listening to every active worker."""
@@ -155,7 +242,7 @@ class ParameterServer:
         out = self._probe_out[w]
         out.header[H.VERSION], out.header[H.BUSY] = p.version, p.queued
         out.meta[M.SERVICE_S], out.meta[M.RECV_BPS], out.meta[M.UPDATE_NORM] = p.service_s, p.recv_bps, p.update_norm
-        self._probe_send[w] = self.comm.Isend([out.buf, MPI.BYTE], dest=w + 1, tag=Tag.PROBE_REPLY)
+        self._probe_send[w] = self.comm.Isend([out.buf, MPI.BYTE], dest=w + self.first, tag=Tag.PROBE_REPLY)
         self._probe_recv[w].Start()
         self.core.stats.probe_s += time.perf_counter() - t0
 
@@ -182,12 +269,12 @@ class ParameterServer:
         h[H.LEASE], h[H.FLAGS] = a.lease, a.flags
         out.meta[M.HELD_S] = a.held_s
         out.meta[M.UPDATE_NORM] = a.update_norm
-        snap = self._snapshots.get(a.version, self.core.params)
+        snap = self._snapshots.get(a.version, self.core.params[self.core.keys])
         # one message in the frame layout, read from two places: the header block and the snapshot
         joined = MPI.BYTE.Create_hindexed([out.buf.nbytes, snap.nbytes],
                                           [MPI.Get_address(out.buf), MPI.Get_address(snap)]).Commit()
         try:
-            self._send[a.w] = self.comm.Isend([MPI.BOTTOM, 1, joined], dest=a.w + 1, tag=Tag.REPLY)
+            self._send[a.w] = self.comm.Isend([MPI.BOTTOM, 1, joined], dest=a.w + self.first, tag=Tag.REPLY)
         finally:
             joined.Free()               # allowed while the send is pending: MPI frees it afterwards
         self._snapshots.sent(self._send[a.w])

@@ -1,4 +1,4 @@
-"""Worker side of the push/pull exchange with the parameter server (rank 0)."""
+"""Worker side of the push/pull exchange with the parameter servers (ranks 0..K-1)."""
 from __future__ import annotations
 
 import threading
@@ -8,18 +8,56 @@ import numpy as np
 from mpi4py import MPI
 
 from ..engine.worker_core import ProbeAnswer, Reply
+from ..servermap import ServerMap
 from .protocol import Flag, Frame, H, M, Tag
 
-SERVER = 0
+SERVER = 0      # decides for all servers: replies' headers, probes and resumable states go to it
+
+
+class SlicedFrame:
+    """A frame per server sharing one full payload vector: message k is header block k followed
+    by server k's key range of the payload (an hindexed datatype, committed once: no copies)."""
+
+    def __init__(self, n_params: int, smap: ServerMap) -> None:
+        self.frames = [Frame.allocate(0) for _ in range(smap.servers)]
+        self.payload = np.zeros(n_params)
+        self.types = []
+        for f, k in zip(self.frames, range(smap.servers)):
+            part = self.payload[smap.range(k)]
+            self.types.append(MPI.BYTE.Create_hindexed([f.buf.nbytes, part.nbytes],
+                                                       [MPI.Get_address(f.buf), MPI.Get_address(part)]).Commit())
+        self.header, self.meta = self.frames[0].header, self.frames[0].meta
+
+    def specs(self) -> list:
+        """One MPI buffer spec per server, in rank order."""
+        return [[MPI.BOTTOM, 1, t] for t in self.types]
+
+    def has(self, flag: Flag) -> bool:
+        """True when server 0's header has this flag."""
+        return self.frames[0].has(flag)
+
+    def copy_header(self) -> None:
+        """Give every server the header filled in for server 0."""
+        for f in self.frames[1:]:
+            f.buf[:] = self.frames[0].buf
+
+    def free(self) -> None:
+        """Free the datatypes."""
+        for t in self.types:
+            t.Free()
+        self.types = []
 
 
 class _Flight:
-    """One request/answer pair with the server: its requests, a deferred send, when it landed."""
+    """One request/answer exchange with the servers: its requests, a deferred send, when it landed."""
 
-    def __init__(self, comm: MPI.Comm, n_params: int, send_tag: Tag, recv_tag: Tag) -> None:
+    def __init__(self, comm: MPI.Comm, out, inp, send_tag: Tag, recv_tag: Tag) -> None:
         self.comm, self.send_tag, self.recv_tag = comm, send_tag, recv_tag
-        self.out = Frame.allocate(n_params)
-        self.inp = Frame.allocate(n_params)
+        self.out, self.inp = out, inp
+        if isinstance(out, SlicedFrame):
+            self._out_specs, self._in_specs = out.specs(), inp.specs()
+        else:                           # header only, to server 0
+            self._out_specs, self._in_specs = [[out.buf, MPI.BYTE]], [[inp.buf, MPI.BYTE]]
         self.reqs: list[MPI.Request] = []
         self.t_sent = 0.0
         self.send_at: float | None = None   # deferred Isend (injected link delay)
@@ -31,14 +69,14 @@ class _Flight:
         """Irecv the answer, Isend the request now or after ``delay_s`` (caller holds MPI)."""
         self.landed, self.driven = None, False
         self.t_sent = time.perf_counter()
-        self.reqs = [self.comm.Irecv([self.inp.buf, MPI.BYTE], source=SERVER, tag=self.recv_tag)]
+        self.reqs = [self.comm.Irecv(spec, source=k, tag=self.recv_tag) for k, spec in enumerate(self._in_specs)]
         self.send_at = self.t_sent + delay_s if delay_s > 0 else None
         if self.send_at is None:
             self._send()
 
     def _send(self) -> None:
         self.send_at = None
-        self.reqs.append(self.comm.Isend([self.out.buf, MPI.BYTE], dest=SERVER, tag=self.send_tag))
+        self.reqs.extend(self.comm.Isend(spec, dest=k, tag=self.send_tag) for k, spec in enumerate(self._out_specs))
 
     def poll(self) -> bool:
         """Send a due deferred request, then test; True once landed (caller holds MPI)."""
@@ -91,10 +129,12 @@ class WorkerClient:
     POLL_MIN_S = 1e-4
     POLL_MAX_S = 2e-3
 
-    def __init__(self, comm: MPI.Comm, n_params: int, progress: bool | None = None) -> None:
+    def __init__(self, comm: MPI.Comm, n_params: int, progress: bool | None = None,
+                 servers: ServerMap | None = None) -> None:
         self.comm = comm
-        self._ex = _Flight(comm, n_params, Tag.PUSH, Tag.REPLY)
-        self._pr = _Flight(comm, 0, Tag.PROBE, Tag.PROBE_REPLY)
+        smap = servers if servers is not None else ServerMap(n_params, 1)
+        self._ex = _Flight(comm, SlicedFrame(n_params, smap), SlicedFrame(n_params, smap), Tag.PUSH, Tag.REPLY)
+        self._pr = _Flight(comm, Frame.allocate(0), Frame.allocate(0), Tag.PROBE, Tag.PROBE_REPLY)
         self.out, self.inp = self._ex.out, self._ex.inp
         self._last = False
         self.stop_requested = lambda: False  # set by the entry point: a signal asked to stop
@@ -168,6 +208,9 @@ class WorkerClient:
             self._armed.set()
             self._thread.join(timeout=5.0)
             self._thread = None
+        if not self._ex.reqs:           # datatypes of a flight still pending stay (the run is ending anyway)
+            self.out.free()
+            self.inp.free()
 
     # --- pushes ---------------------------------------------------------------------------------
 
@@ -188,6 +231,7 @@ class WorkerClient:
         self._last = last
         self.out.meta[M.STEP_S] = step_s
         self.out.meta[M.RTT_S] = rtt_s
+        self.out.copy_header()
         self._launch(self._ex, delay_s, background)
 
     def test(self) -> Reply | None:

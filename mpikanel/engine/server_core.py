@@ -13,7 +13,7 @@ from typing import Any, Callable
 import numpy as np
 
 from ..budget import Budget
-from ..comm.protocol import Flag
+from ..comm.protocol import Flag, Op, scale_bits
 from ..metrics import SnapshotRecorder
 from ..sync import Book, SyncPolicy
 
@@ -81,6 +81,7 @@ class ServerStats:
     unapplied: np.ndarray | None = None   # sum of (1 - scale) * delta: received but scaled away
     policy_report: dict | None = None     # the policy's own record (PSP rounds)
     stopped: bool = False                 # ended early after a stop checkpoint
+    servers: list | None = None           # per server rank: key range, pushes, bytes, busy time, peak RSS (MPI)
 
     @classmethod
     def zeros(cls, n_workers: int) -> "ServerStats":
@@ -105,12 +106,21 @@ class ServerCore:
     ``checkpoints`` (a mpikanel.checkpoint.CheckpointControl) turns on consistent cuts: the core
     holds every worker until all active ones have pushed, then answers them all with CHECKPOINT
     (``collect`` lists whose resumable state the transport must fetch before :meth:`cut_done`).
+
+    With several servers (``keys`` a part of ``params``), this core decides for all of them: it
+    applies deltas to its own key range only and logs every apply and answer in ``ops`` for the
+    transport to replay on the other servers; ``gather(with_unapplied)`` must then fill the rest
+    of ``params`` (and of ``stats.unapplied``) from them before a snapshot, a cut or the end.
     """
 
     def __init__(self, params: np.ndarray, policy: SyncPolicy, n_workers: int,
                  budget: Budget | None = None, recorder: SnapshotRecorder | None = None,
-                 checkpoints: Any = None, on_progress: Callable[[ServerStats], None] | None = None) -> None:
+                 checkpoints: Any = None, on_progress: Callable[[ServerStats], None] | None = None,
+                 keys: slice = slice(None), gather: Callable[[bool], None] | None = None) -> None:
         self.params = params
+        self.keys = keys
+        self.gather = gather
+        self.ops: list[tuple[int, int, int]] | None = [] if gather is not None else None
         self.policy = policy
         self.n_workers = n_workers
         self.book = Book(n_workers)
@@ -177,9 +187,11 @@ class ServerCore:
         if scale != 1.0:
             if st.unapplied is None:
                 st.unapplied = np.zeros_like(self.params)
-            st.unapplied += (1.0 - scale) * delta
+            st.unapplied[self.keys] += (1.0 - scale) * delta
             delta = delta * scale
-        self.params += delta
+        self.params[self.keys] += delta
+        if self.ops is not None:
+            self.ops.append((Op.APPLY, w, scale_bits(scale)))
         st.deltas_applied += 1
         self.book.version += 1
         # per local step, as the ESP value rule reads it (a delta of k steps carries k steps' worth)
@@ -204,7 +216,8 @@ class ServerCore:
         """Workers to answer now (rank order), with their reply headers; snapshots and progress too."""
         self._maybe_schedule_checkpoint(now)
         answers = self._release(now)
-        if self.recorder is not None:
+        if self.recorder is not None and self.recorder.due(now):
+            self._gather(False)
             self.recorder.maybe_snapshot(now, self.params, self.book.version)
         if self.on_progress is not None:
             self.on_progress(self.stats)
@@ -249,7 +262,13 @@ class ServerCore:
             book.record_release(w)
         self._cut_pending = checkpoint
         self._stop_now = stop
+        if self.ops is not None:
+            self.ops.extend((Op.REPLY, a.w, int(self.keeps_serving(a.w))) for a in answers)
         return answers
+
+    def _gather(self, with_unapplied: bool) -> None:
+        if self.gather is not None:
+            self.gather(with_unapplied)
 
     def _answer(self, w: int, now: float, busy: int, flags: int) -> Answer:
         book = self.book
@@ -278,6 +297,7 @@ class ServerCore:
         """The transport fetched the states in ``collect``: write the checkpoint if this was a cut."""
         self.collect = []
         if self._cut_pending:
+            self._gather(True)
             self.checkpoints.write(self, self._ckpt_reason, final=False)
             self.checkpoints.written(now, int(self.stats.steps.sum()))
             self._ckpt_reason = None
@@ -287,6 +307,7 @@ class ServerCore:
     def finish(self, now: float) -> ServerStats:
         """End of serving: final checkpoint and snapshot; returns the stats."""
         self.stats.wall_s = now
+        self._gather(True)
         if self.checkpoints is not None and not self.stopped:
             self.checkpoints.write(self, "end", final=True)
         if self.recorder is not None:

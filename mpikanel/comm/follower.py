@@ -1,0 +1,112 @@
+"""Server ranks 1..K-1: apply and answer exactly as server 0 decides, on their own key range.
+
+Each keeps one persistent receive per worker for its slice of that worker's pushes and one for
+server 0's CONTROL messages; :class:`mpikanel.engine.follower_core.FollowerCore` orders the ops
+against the pushes. Replies carry the range from a shared per-version snapshot, like server 0's.
+"""
+from __future__ import annotations
+
+import time
+
+import numpy as np
+from mpi4py import MPI
+
+from ..engine.follower_core import FollowerCore
+from ..hetero import ServerDelay, sleep_for
+from ..servermap import ServerMap
+from .protocol import Frame, H, Op, Tag, control_ints, frame_nbytes
+from .server import ReplySnapshots, server_report
+
+PRIMARY = 0
+
+
+class FollowerServer:
+    """Server rank k > 0 of a ServerMap: replays server 0's ops on ``params[smap.range(k)]``."""
+
+    def __init__(self, comm: MPI.Comm, params: np.ndarray, smap: ServerMap, n_workers: int,
+                 service: ServerDelay | None = None) -> None:
+        self.comm = comm
+        self.rank = comm.Get_rank()
+        self.keys = smap.range(self.rank)
+        self.first = smap.first_worker()
+        self.core = FollowerCore(params[self.keys], n_workers)
+        self.service = service
+        n = self.keys.stop - self.keys.start
+        self._inbox = [Frame.allocate(n) for _ in range(n_workers)]
+        self._outbox = [Frame.allocate(0) for _ in range(n_workers)]
+        self._snapshots = ReplySnapshots(n)
+        self._recv = [comm.Recv_init([f.buf, MPI.BYTE], source=w + self.first, tag=Tag.PUSH)
+                      for w, f in enumerate(self._inbox)]
+        self._send: list[MPI.Request] = [MPI.REQUEST_NULL] * n_workers
+        self._control = np.zeros(control_ints(n_workers), dtype=np.int64)
+        self._control_recv = comm.Recv_init([self._control, MPI.INT64_T], source=PRIMARY, tag=Tag.CONTROL)
+        self._nbytes = frame_nbytes(n)
+        self._pushes = 0
+        self._busy_s = 0.0
+
+    def run(self) -> None:
+        """Serve until server 0 says END (after which its stats and final range have been sent)."""
+        t_start = time.perf_counter()
+        # every worker may push: one that had left before a resumed cut never does, and its
+        # receive is cancelled at the end
+        for req in self._recv:
+            req.Start()
+        self._control_recv.Start()
+        core = self.core
+        requests = self._recv + [self._control_recv]
+        while not core.ended:
+            done = MPI.Request.Waitsome(requests)
+            t0 = time.perf_counter()
+            for i in sorted(done):
+                if i < core.n_workers:
+                    self._arrived(i)
+                else:
+                    core.add_ops(self._control)
+                    self._control_recv.Start()
+            while (action := core.next()) is not None:
+                self._do(action.op, action.w, action.arg, time.perf_counter() - t_start)
+            self._busy_s += time.perf_counter() - t0
+        MPI.Request.Waitall(self._send)
+        for req in self._recv + [self._control_recv]:
+            if not req.Test():          # Test completes nothing here: no worker pushes any more
+                req.Cancel()
+                req.Wait()
+            req.Free()
+
+    def _arrived(self, w: int) -> None:
+        self._pushes += 1
+        if self.service is not None:
+            sleep_for(self.service.draw(self._pushes - 1))
+        self.core.push_arrived(w)
+
+    def _do(self, op: Op, w: int, arg: int | float, now: float) -> None:
+        core = self.core
+        if op is Op.APPLY:
+            core.apply(self._inbox[w].payload, float(arg))
+        elif op is Op.REPLY:
+            self._reply(w)
+            if arg:
+                self._recv[w].Start()
+        elif op is Op.SLICE:
+            self.comm.Send([core.params, MPI.DOUBLE], dest=PRIMARY, tag=Tag.SLICE)
+            if arg:
+                scaled = core.unapplied if core.unapplied is not None else np.zeros_like(core.params)
+                self.comm.Send([scaled, MPI.DOUBLE], dest=PRIMARY, tag=Tag.SLICE)
+        elif op is Op.END:
+            report = server_report(self.rank, self.keys, self._pushes, self._nbytes, self._busy_s, now)
+            report["deltas_applied"] = core.deltas_applied
+            self.comm.send(report, dest=PRIMARY, tag=Tag.SERVER_STATS)
+
+    def _reply(self, w: int) -> None:
+        self._send[w].Wait()
+        out = self._outbox[w]
+        out.header[H.VERSION] = self.core.version
+        out.header[H.FLAGS] = 0
+        snap = self._snapshots.get(self.core.version, self.core.params)
+        joined = MPI.BYTE.Create_hindexed([out.buf.nbytes, snap.nbytes],
+                                          [MPI.Get_address(out.buf), MPI.Get_address(snap)]).Commit()
+        try:
+            self._send[w] = self.comm.Isend([MPI.BOTTOM, 1, joined], dest=w + self.first, tag=Tag.REPLY)
+        finally:
+            joined.Free()
+        self._snapshots.sent(self._send[w])

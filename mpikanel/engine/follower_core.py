@@ -1,0 +1,80 @@
+"""A server rank k > 0: replays server 0's decisions on its own key range (pure, no MPI).
+
+Server 0 keeps the one book (clocks, policy, budget, plans, cuts) and sends the others its
+decisions as ops, in its order: apply worker w's delta with this scale, answer worker w now,
+send your range, end. A worker pushes one slice to every server at once, so an op may arrive
+before the slice it is about: the follower then waits for that push, and never reorders. The
+parameters on every server therefore go through exactly the versions server 0's range does.
+"""
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..comm.protocol import Op, bits_scale
+
+
+@dataclass
+class Action:
+    """What the transport must do next: the op, its worker and argument."""
+
+    op: Op
+    w: int
+    arg: int | float
+
+
+class FollowerCore:
+    """Orders server 0's ops against the pushes that have arrived; applies deltas to ``params``."""
+
+    def __init__(self, params: np.ndarray, n_workers: int) -> None:
+        self.params = params
+        self.n_workers = n_workers
+        self.version = 0                    # deltas applied: the same count as server 0's
+        self.unapplied: np.ndarray | None = None
+        self.arrived = np.zeros(n_workers, dtype=bool)
+        self.ops: deque[tuple[int, int, int]] = deque()
+        self.ended = False
+        self.deltas_applied = 0
+
+    def add_ops(self, buf: np.ndarray) -> None:
+        """Queue the ops of one CONTROL message (int64 ``[n, kind, w, arg, ...]``)."""
+        n = int(buf[0])
+        for i in range(n):
+            kind, w, arg = (int(x) for x in buf[1 + 3 * i: 4 + 3 * i])
+            self.ops.append((kind, w, arg))
+
+    def push_arrived(self, w: int) -> None:
+        """Worker w's slice is here (it stays until server 0's REPLY for w is done)."""
+        self.arrived[w] = True
+
+    def next(self) -> Action | None:
+        """The next op that can run now, removed from the queue; None while it waits for a push."""
+        if not self.ops:
+            return None
+        kind, w, arg = self.ops[0]
+        op = Op(kind)
+        if op in (Op.APPLY, Op.REPLY) and not self.arrived[w]:
+            return None
+        self.ops.popleft()
+        if op is Op.APPLY:
+            return Action(op, w, bits_scale(arg))
+        if op is Op.REPLY:
+            self.arrived[w] = False
+        if op is Op.END:
+            self.ended = True
+        return Action(op, w, arg)
+
+    def apply(self, delta: np.ndarray, scale: float) -> None:
+        """Add one delta (scaled as server 0 scaled it; the rest is kept as unapplied)."""
+        if scale != 1.0:
+            if self.unapplied is None:
+                self.unapplied = np.zeros_like(self.params)
+            self.unapplied += (1.0 - scale) * delta
+            self.params += scale * delta
+        else:
+            self.params += delta
+        self.version += 1
+        self.deltas_applied += 1
+

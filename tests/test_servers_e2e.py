@@ -1,0 +1,101 @@
+"""Several server ranks (--servers K) for real: the same model as one server, every delta kept,
+checkpoints that resume on any K, and a killed server rank ends the job."""
+import json
+import signal
+import time
+
+import pytest
+
+from launch import run_train
+from test_checkpoint_e2e import LONG, finish, start, wait_for
+from test_train_e2e import assert_no_lost_work, kill_rank, rank_pids
+
+RUN = ["--synthetic-rows", "20000", "--epochs", "2"]
+
+
+def check_servers(s, k):
+    """K server reports whose key ranges tile the parameters, each handling every push."""
+    ranks = s["server_ranks"]
+    assert s["servers"] == k and [r["rank"] for r in ranks] == list(range(k))
+    assert ranks[0]["keys"][0] == 0 and ranks[-1]["keys"][1] == s["n_params"]
+    assert all(a["keys"][1] == b["keys"][0] for a, b in zip(ranks, ranks[1:]))
+    assert all(r["pushes"] == s["deltas_sent"] for r in ranks)
+    assert all(r.get("deltas_applied", s["deltas_applied"]) == s["deltas_applied"] for r in ranks)
+
+
+def test_bsp_gives_bitwise_the_same_model_on_one_two_and_three_servers(tmp_path):
+    runs = {}
+    for k in (1, 2, 3):
+        proc, s = run_train(3 + k, "--servers", str(k), "--sync", "bsp", *RUN, tmp_path=tmp_path)
+        assert proc.returncode == 0, proc.stderr
+        assert s["workers"] == 3 and s["ranks"] == 3 + k
+        check_servers(s, k)
+        assert_no_lost_work(s)
+        runs[k] = s
+    assert runs[1]["params_sha256"] == runs[2]["params_sha256"] == runs[3]["params_sha256"]
+    assert [w["steps"] for w in runs[3]["per_worker"]] == [w["steps"] for w in runs[1]["per_worker"]]
+
+
+@pytest.mark.parametrize("k,sync", [(2, ["asp"]), (3, ["ssp", "--staleness", "2"]), (2, ["esp"]), (2, ["psp"])])
+def test_every_sync_model_keeps_every_delta_on_several_servers(k, sync, tmp_path):
+    proc, s = run_train(3 + k, "--servers", str(k), "--sync", *sync, *RUN, "--slowdown", "1:3", tmp_path=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    check_servers(s, k)
+    assert_no_lost_work(s)
+    assert s["samples"] == s["samples_budget"]
+    assert s["test_accuracy"] > 0.8
+
+
+def test_sparse_data_on_two_servers(tmp_path):
+    proc, s = run_train(5, "--servers", "2", "--data", "synthetic-sparse", "--model", "logistic", "--sync", "asp",
+                        "--synthetic-rows", "20000", "--synthetic-features", "20000", "--epochs", "1",
+                        tmp_path=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    check_servers(s, 2)
+    assert_no_lost_work(s)
+
+
+def test_checkpoint_of_two_servers_resumes_bitwise_on_three_and_on_one(tmp_path):
+    ck = tmp_path / "ck"
+    proc, full = run_train(5, "--servers", "2", *RUN, "--checkpoint-dir", str(ck), "--checkpoint-every", "150steps",
+                           "--keep-checkpoints", "10", tmp_path=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    paths = sorted(ck.glob("ckpt-*.h5"))
+    assert len(paths) >= 3
+    for k in (3, 1):
+        proc, resumed = run_train(3 + k, "--servers", str(k), *RUN, "--resume", str(paths[1]), tmp_path=tmp_path)
+        assert proc.returncode == 0, proc.stderr
+        assert resumed["resumed_from"] == str(paths[1]) and resumed["reshaped"] is None
+        assert resumed["params_sha256"] == full["params_sha256"]
+        assert_no_lost_work(resumed)
+
+
+def test_sigterm_stops_two_servers_with_a_checkpoint(tmp_path):
+    ck, summary = tmp_path / "ck", tmp_path / "stopped.json"
+    proc = start(5, "--servers", "2", *LONG, "--sync", "ssp", "--checkpoint-dir", str(ck),
+                 "--checkpoint-every", "0.5", "--summary-json", str(summary))
+    wait_for(ck, 1, proc)
+    proc.send_signal(signal.SIGTERM)
+    rc, _, err = finish(proc)
+    assert rc == 75, err
+    stopped = json.loads(summary.read_text())
+    assert stopped["stopped"]
+    assert_no_lost_work(stopped)
+
+
+def test_killed_server_rank_ends_the_job(tmp_path):
+    ck = tmp_path / "ck"
+    proc = start(5, "--servers", "2", *LONG, "--checkpoint-dir", str(ck), "--checkpoint-every", "0.3")
+    pids = rank_pids(proc.pid, 5, timeout=60)
+    wait_for(ck, 1, proc)
+    kill_rank(pids[1], 1)                      # the second server, not the one that decides
+    t0 = time.time()
+    rc, _, _ = finish(proc, timeout=30)
+    assert rc != 0 and time.time() - t0 < 30
+
+
+def test_too_few_ranks_for_the_servers_is_a_clear_error(tmp_path):
+    proc, _ = run_train(3, "--servers", "3", *RUN, tmp_path=tmp_path, timeout=60)
+    assert proc.returncode != 0
+    assert "needs at least 4 MPI ranks (3 servers + workers)" in proc.stderr
+    assert "Traceback" not in proc.stderr
