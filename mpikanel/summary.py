@@ -132,6 +132,10 @@ def format_summary(d: dict) -> str:
         lines.insert(3, f"  time to test loss {d['target_loss']:g} (held to the end): "
                         + ("not held" if reached is None else f"{reached:.2f} s")
                         + ("" if touch is None else f"; first touched at {touch:.2f} s"))
+    if (d.get("servers") or 1) > 1 and d.get("server_ranks"):
+        per = ", ".join(f"rank {r['rank']} keys {r['keys'][0]}..{r['keys'][1]} {r['busy_us_per_push']:.0f} us/push "
+                        f"{r['peak_rss_mb']:.0f} MiB" for r in d["server_ranks"])
+        lines.insert(3, f"  {d['servers']} servers: {per}")
     for w in d["per_worker"]:
         lines.append(f"  {w['rank']:>6}  {w['steps']:>5}  {w['samples']:>7}  {w['compute_s']:>9.2f}  "
                      f"{w['comm_s']:>6.2f}  {w['wait_s']:>6.2f}  {w['injected_s']:>10.2f}  "

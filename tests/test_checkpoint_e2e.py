@@ -73,6 +73,8 @@ def test_signal_checkpoints_exits_75_and_resume_latest_finishes(sig, tmp_path):
     stopped = json.loads(summary.read_text())
     assert stopped["stopped"] and Path(stopped["checkpoint"]).exists()
     assert_no_lost_work(stopped)
+    if sig != signal.SIGUSR1:
+        return                  # the stop is the same for every signal; one resume shows it continues
     proc, resumed = run_train(4, *LONG, "--checkpoint-dir", str(ck), "--resume", "latest", tmp_path=tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert resumed["resumed_from"] == stopped["checkpoint"] and not resumed["stopped"]

@@ -2,7 +2,6 @@
 checkpoints that resume on any K, and a killed server rank ends the job."""
 import json
 import signal
-import time
 
 import pytest
 
@@ -36,23 +35,19 @@ def test_bsp_gives_bitwise_the_same_model_on_one_two_and_three_servers(tmp_path)
     assert [w["steps"] for w in runs[3]["per_worker"]] == [w["steps"] for w in runs[1]["per_worker"]]
 
 
-@pytest.mark.parametrize("k,sync", [(2, ["asp"]), (3, ["ssp", "--staleness", "2"]), (2, ["esp"]), (2, ["psp"])])
-def test_every_sync_model_keeps_every_delta_on_several_servers(k, sync, tmp_path):
-    proc, s = run_train(3 + k, "--servers", str(k), "--sync", *sync, *RUN, "--slowdown", "1:3", tmp_path=tmp_path)
+SPARSE = ["--data", "synthetic-sparse", "--model", "logistic", "--synthetic-features", "20000", "--lr", "0.3"]
+
+
+@pytest.mark.parametrize("k,sync,data", [(2, ["asp"], SPARSE), (3, ["ssp", "--staleness", "2"], []),
+                                         (2, ["esp"], []), (2, ["psp"], [])])
+def test_every_sync_model_keeps_every_delta_on_several_servers(k, sync, data, tmp_path):
+    proc, s = run_train(3 + k, "--servers", str(k), "--sync", *sync, *RUN, *data, "--slowdown", "1:3",
+                        tmp_path=tmp_path)
     assert proc.returncode == 0, proc.stderr
     check_servers(s, k)
     assert_no_lost_work(s)
     assert s["samples"] == s["samples_budget"]
-    assert s["test_accuracy"] > 0.8
-
-
-def test_sparse_data_on_two_servers(tmp_path):
-    proc, s = run_train(5, "--servers", "2", "--data", "synthetic-sparse", "--model", "logistic", "--sync", "asp",
-                        "--synthetic-rows", "20000", "--synthetic-features", "20000", "--epochs", "1",
-                        tmp_path=tmp_path)
-    assert proc.returncode == 0, proc.stderr
-    check_servers(s, 2)
-    assert_no_lost_work(s)
+    assert s["test_accuracy"] > (0.6 if data else 0.8)     # sparse: ~0.69 after 2 epochs of 18k rows
 
 
 def test_checkpoint_of_two_servers_resumes_bitwise_on_three_and_on_one(tmp_path):
@@ -89,9 +84,8 @@ def test_killed_server_rank_ends_the_job(tmp_path):
     pids = rank_pids(proc.pid, 5, timeout=60)
     wait_for(ck, 1, proc)
     kill_rank(pids[1], 1)                      # the second server, not the one that decides
-    t0 = time.time()
-    rc, _, _ = finish(proc, timeout=30)
-    assert rc != 0 and time.time() - t0 < 30
+    rc, _, _ = finish(proc, timeout=30)        # fails if the job is still running after 30 s
+    assert rc != 0
 
 
 def test_too_few_ranks_for_the_servers_is_a_clear_error(tmp_path):

@@ -66,14 +66,6 @@ def test_uneven_shards_and_logistic(tmp_path):
     assert_no_lost_work(s)
 
 
-def test_sixteen_ranks_ssp_finishes(tmp_path):
-    proc, s = run_train(16, "--sync", "ssp", "--staleness", "3", "--synthetic-rows", "30000",
-                        "--epochs", "1", tmp_path=tmp_path, timeout=300)
-    assert proc.returncode == 0, proc.stderr
-    assert s["workers"] == 15
-    assert_no_lost_work(s)
-
-
 def test_toml_config_and_human_summary(tmp_path):
     cfg = tmp_path / "run.toml"
     cfg.write_text('sync = "asp"\nsynthetic-rows = 5000\nepochs = 1\n')
@@ -174,12 +166,12 @@ def kill_rank(pid: int, rank: int) -> None:
 
 
 def test_asp_soak_sixteen_ranks_loses_nothing(tmp_path):
-    # 15 workers x 900 steps = 13500 pushes through one server; every delta must arrive
+    # 15 workers x 450 steps = 6750 pushes through one server; every delta must arrive
     proc, s = run_train(16, "--sync", "asp", "--synthetic-rows", "20000", "--synthetic-features", "20",
-                        "--batch-size", "8", "--epochs", "6", "--test-fraction", "0.1", "--lr", "0.01",
+                        "--batch-size", "8", "--epochs", "3", "--test-fraction", "0.1", "--lr", "0.01",
                         tmp_path=tmp_path, timeout=600)
     assert proc.returncode == 0, proc.stderr
-    assert s["deltas_sent"] >= 12_000
+    assert s["deltas_sent"] >= 6_000
     assert_no_lost_work(s)
 
 

@@ -14,6 +14,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "sync": ("mpikanel.bench.sync", "time to a target loss of each sync model and baseline, per scenario"),
     "psp-plan": ("mpikanel.bench.psp_plan", "PSP planning time per round and per push at 100 to 10,000 workers"),
     "simcheck": ("mpikanel.bench.simcheck", "replay real runs in the simulator and compare wait, pushes, staleness"),
+    "scale": ("mpikanel.bench.scale", "K server ranks: pushes/s, bytes and CPU per push per server, peak RSS, held time"),
 }
 
 
