@@ -16,7 +16,8 @@ from .launch import MpiexecNotFound, find_mpiexec, rank_env
 #: name -> (train flags, what it is); both push dense frames (sparse push/pull is not built yet)
 WORKLOADS: dict[str, tuple[list[str], str]] = {
     "sparse-1m": (["--model", "logistic", "--data", "synthetic-sparse", "--synthetic-features", "1000000",
-                   "--sparse-nnz", "50", "--synthetic-rows", "20000", "--batch-size", "64", "--lr", "2"],
+                   "--sparse-nnz", "50", "--synthetic-rows", "20000", "--batch-size", "64", "--lr", "0.25",
+                   "--l2", "0"],
                   "logistic, synthetic-sparse 1M features (~50 nnz/row): 1M parameters"),
     "dense-10k": (["--model", "softmax", "--data", "synthetic", "--synthetic-features", "1000",
                    "--synthetic-rows", "20000", "--batch-size", "64", "--lr", "0.4"],
@@ -30,7 +31,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--servers", type=int, nargs="+", default=[1, 2, 4], help="server ranks K")
     parser.add_argument("--workers", type=int, default=4, help="worker ranks")
     parser.add_argument("--sync", nargs="+", default=["asp", "bsp"], help="sync models")
-    parser.add_argument("--epochs", type=int, default=2)
+    parser.add_argument("--epochs", type=int, default=1)
     parser.add_argument("--seeds", type=int, nargs="+", default=[0])
     parser.add_argument("--target-loss", type=float, nargs="+", default=None,
                         help="target test loss per workload (default: 1.05 x the K=1 BSP final loss of seed 0)")
