@@ -40,6 +40,16 @@ def find_mpiexec() -> str:
                           "or load an MPI module")
 
 
+def have_mpiexec() -> bool:
+    """True if find_mpiexec finds one; otherwise the reason goes to stderr (a bench then exits 2)."""
+    try:
+        find_mpiexec()
+    except MpiexecNotFound as exc:
+        print(f"mpikanel bench: error: {exc}", file=sys.stderr)
+        return False
+    return True
+
+
 def rank_env(heavy_yield: bool | None) -> dict[str, str]:
     """Child environment: inherited rank variables dropped, the launcher defaults of
     mpikanel.comm.environment (Open MPI: oversubscribe, root) set unless set; the idle-rank

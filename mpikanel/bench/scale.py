@@ -11,7 +11,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from .launch import MpiexecNotFound, find_mpiexec, rank_env
+from .launch import find_mpiexec, have_mpiexec, rank_env
 
 #: name -> (train flags, what it is); both push dense frames (sparse push/pull is not built yet)
 WORKLOADS: dict[str, tuple[list[str], str]] = {
@@ -90,10 +90,7 @@ def format_table(rows: list[dict]) -> str:
 
 def run(args: argparse.Namespace) -> int:
     """Run every case, print the table, write results; 1 if any run failed."""
-    try:
-        find_mpiexec()
-    except MpiexecNotFound as exc:
-        print(f"mpikanel bench: error: {exc}", file=sys.stderr)
+    if not have_mpiexec():
         return 2
     rows, failed = [], 0
     for i, wl in enumerate(args.workloads):

@@ -8,7 +8,7 @@ import platform
 import sys
 from importlib import metadata
 
-from .launch import HEAVY_YIELD, MpiexecNotFound, RankRunError, find_mpiexec, rank_env, run_ranks
+from .launch import HEAVY_YIELD, RankRunError, find_mpiexec, have_mpiexec, rank_env, run_ranks
 
 RANK_MODULE = "mpikanel.bench._server_ranks"
 DEFAULT_MODES = ("asp", "bsp", "plain")
@@ -81,10 +81,7 @@ def report(args: argparse.Namespace, results: list[dict]) -> dict:
 
 def run(args: argparse.Namespace) -> int:
     """Launch every case, print the table, optionally write JSON; 1 if any case failed."""
-    try:
-        find_mpiexec()
-    except MpiexecNotFound as exc:
-        print(f"mpikanel bench: error: {exc}", file=sys.stderr)
+    if not have_mpiexec():
         return 2
     results, failed = [], 0
     for ranks, mode, heavy_yield in cases(args):
