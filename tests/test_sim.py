@@ -167,3 +167,18 @@ def test_the_budgets_last_rows_do_not_throw_the_model_off_at_the_end():
                  SimOptions(4, step_time=2e-3))
     v = np.asarray(s["curve"]["val_loss"])
     assert v[-1] <= 1.005 * v[-6:].min()
+
+
+def test_several_servers_divide_the_servers_bytes_and_keep_bsp_bitwise():
+    # a server-bound case: many workers, a 10k-parameter model, a slow modeled server
+    from mpikanel.sim.models import ServerModel
+    opts = SimOptions(64, step_time=STEP, server=ServerModel(bandwidth=2e8))
+    cfg = {**SMALL, "synthetic_rows": 20000, "synthetic_features": 1000, "epochs": 1}
+    one, four = (simulate(make_config({**cfg, "servers": k}), opts) for k in (1, 4))
+    assert one["params_sha256"] == four["params_sha256"] and four["servers"] == 4
+    assert four["samples"] == four["samples_budget"] and four["delta_sum_rel_error"] < 1e-9
+    # each server handles a quarter of the bytes: it is busy well under half as long, and the run ends sooner
+    assert four["sim"]["server_busy_s"] < 0.5 * one["sim"]["server_busy_s"]
+    assert four["wall_s"] < one["wall_s"]
+    with pytest.raises(InputError, match="every server must own at least one"):
+        simulate(make_config({**SMALL, "servers": 10**6}), SimOptions(2, step_time=STEP))

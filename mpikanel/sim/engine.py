@@ -116,8 +116,13 @@ class Simulator:
 
     def __init__(self, core: ServerCore, workers: list, injectors: list[Injector], step_s: np.ndarray,
                  batch_size: int, network: NetworkModel, server: ServerModel,
-                 service: ServerDelay | None = None, clock: Callable[[], float] | None = None) -> None:
+                 service: ServerDelay | None = None, clock: Callable[[], float] | None = None,
+                 servers: int = 1) -> None:
         self.core = core
+        # K server ranks (--servers): each takes in, applies and replies 1/K of the bytes, in step
+        # with server 0, and answers one control hop after server 0 decided; so the server's
+        # queue is modelled once with 1/K of the bytes, and every reply lands one hop later
+        self.servers = servers
         self.gens = workers                   # worker-core generators, filled by the caller
         self.clients: list[SimClient] = []
         self.injectors = injectors
@@ -224,8 +229,7 @@ class Simulator:
 
     def push_arrives(self, push: Push) -> None:
         """A push reached the server: queue it behind what the server is doing."""
-        nbytes = FRAME_OVERHEAD + 8 * self.core.params.size
-        service = self.server.push_service_s(nbytes)
+        service = self.server.push_service_s(self._share_nbytes())
         if self.service is not None:
             service += self.service.draw(self.stats.pushes)
             self.core.stats.service_s += service
@@ -243,19 +247,24 @@ class Simulator:
         self._queued -= 1
         self._ends.popleft()
         core.on_push(push, self.now)
-        core.observe_service(service, FRAME_OVERHEAD + 8 * core.params.size, self.now)
+        core.observe_service(service, self._share_nbytes(), self.now)
         answers = core.release(self.now)
         if not answers:
             return
         params = self._params()
-        nbytes = FRAME_OVERHEAD + 8 * params.size
-        send = self.server.reply_s(nbytes)
+        nbytes = FRAME_OVERHEAD + 8 * params.size     # what reaches the worker over its link
+        send = self.server.reply_s(self._share_nbytes())
+        hop = self.network.transfer_s(FRAME_OVERHEAD) if self.servers > 1 else 0.0    # the CONTROL op
         t = max(self.now, self._server_free)
         for a in answers:
             t += send
-            self.at(t + self.network.transfer_s(nbytes), self._reply_arrives, a.w, a, params)
+            self.at(t + hop + self.network.transfer_s(nbytes), self._reply_arrives, a.w, a, params)
         self.stats.server_busy_s += t - max(self.now, self._server_free)
         self._server_free = t
+
+    def _share_nbytes(self) -> int:
+        """Bytes of one push or reply message a server handles: its range of the frame."""
+        return FRAME_OVERHEAD + -(-8 * self.core.params.size // self.servers)
 
     def _params(self) -> np.ndarray:
         """One read-only snapshot of the parameters per version, shared by every reply at it."""

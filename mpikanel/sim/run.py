@@ -13,6 +13,7 @@ import numpy as np
 from ..config import TrainConfig
 from ..data import load_rows, load_test, shard_range
 from ..engine.server_core import ServerCore
+from ..servermap import ServerMap
 from ..engine.worker_core import StepPlan, worker_core
 from ..budget import fair_steps
 from ..errors import InputError
@@ -57,7 +58,8 @@ def simulate(config: TrainConfig, opts: SimOptions) -> dict:
     plan = StepPlan(config.epochs, config.batch_size, config.lr, config.l2, info.n_classes, config.max_steps,
                     lease=budget.initial_lease() if config.budget == "shared" else None)
     n_params = model.n_params(info.n_features, info.n_classes)
-    s = Setup(config, info, model, n_params, plan, None, test, val, train_rows=train_rows)
+    s = Setup(config, info, model, n_params, plan, None, test, val, train_rows=train_rows,
+              servers=ServerMap(n_params, config.servers))
     params = np.ascontiguousarray(model.init(n_params, info.n_features, info.n_classes,
                                              np.random.default_rng([config.seed, 12345])), dtype=np.float64)
     initial = params.copy()
@@ -73,7 +75,7 @@ def simulate(config: TrainConfig, opts: SimOptions) -> dict:
     injectors = [Injector(injected, w + 1, n, fair) for w in range(n)]
     service = ServerDelay(config.server_delay, config.seed) if config.server_delay else None
     sim = Simulator(core, [], injectors, step_s, config.batch_size, opts.network, opts.server, service,
-                    clock=time.perf_counter)
+                    clock=time.perf_counter, servers=config.servers)
     schedule = schedule_for(config, n)
     for w in range(n):
         client = SimClient(sim, w, n_params)
@@ -134,7 +136,7 @@ def _sim_report(sim: Simulator, opts: SimOptions, step_s: np.ndarray, real_s: fl
     st = sim.stats
     return {"workers": len(sim.gens), "events": st.events, "real_s": real_s, "setup_s": setup_s,
             "us_per_event": 1e6 * real_s / max(1, st.events),
-            "server_busy_s": st.server_busy_s, "server_utilization": st.server_busy_s / max(sim.now, 1e-12),
+            "servers": sim.servers, "server_busy_s": st.server_busy_s, "server_utilization": st.server_busy_s / max(sim.now, 1e-12),
             "queue_wait_s": st.queue_wait_s, "step_s_min": float(step_s.min()), "step_s_max": float(step_s.max()),
             "step_time_source": "replay" if opts.replay else ("fixed" if opts.step_time else "measured"),
             "network": {"latency_s": opts.network.latency_s, "bandwidth": opts.network.bandwidth},
