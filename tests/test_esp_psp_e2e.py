@@ -93,7 +93,7 @@ def test_psp_gives_fast_workers_more_steps_under_a_straggler(tmp_path):
     assert s["samples"] == s["samples_budget"]
 
 
-@pytest.mark.parametrize("sync", ["esp", "psp"])
+@pytest.mark.parametrize("sync", ["esp"])      # PSP's plan at many workers: tests/test_sim.py (CI time)
 def test_sixteen_ranks(sync, tmp_path):
     proc, s = run_train(16, "--sync", sync, "--synthetic-rows", "30000", "--epochs", "1",
                         tmp_path=tmp_path, timeout=300)

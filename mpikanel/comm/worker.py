@@ -22,7 +22,7 @@ class SlicedFrame:
         self.frames = [Frame.allocate(0) for _ in range(smap.servers)]
         self.payload = np.zeros(n_params)
         self.types = []
-        for f, k in zip(self.frames, range(smap.servers)):
+        for k, f in enumerate(self.frames):
             part = self.payload[smap.range(k)]
             self.types.append(MPI.BYTE.Create_hindexed([f.buf.nbytes, part.nbytes],
                                                        [MPI.Get_address(f.buf), MPI.Get_address(part)]).Commit())
