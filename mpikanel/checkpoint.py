@@ -185,8 +185,10 @@ def check_compatible(ckpt: Checkpoint, ranks: int, sync: str, model: str, n_para
     """InputError unless the checkpoint can resume this run (another rank count: see reshape)."""
     where = ckpt.path or "checkpoint"
     if ckpt.ranks != ranks and ckpt.config.get("budget", "shared") != "shared":
-        raise InputError(f"{where}: written by {ckpt.ranks} ranks, this run has {ranks}; a --budget per-worker "
-                         f"run keeps each worker's own epochs, so resume it with mpiexec -n {ckpt.ranks}")
+        # ranks count as with one server (workers + 1); with --servers K a run has workers + K
+        raise InputError(f"{where}: written by {ckpt.ranks - 1} workers, this run has {ranks - 1}; a --budget "
+                         f"per-worker run keeps each worker's own epochs, so resume it on {ckpt.ranks - 1} workers "
+                         f"(mpiexec -n {ckpt.ranks - 1} + the number of --servers)")
     if ckpt.sync != sync:
         raise InputError(f"{where}: written by a --sync {ckpt.sync} run, this run is --sync {sync}")
     if ckpt.model != model or ckpt.params.size != n_params:

@@ -87,7 +87,7 @@ def test_incompatible_run(tmp_path):
     c = ck.load(ck.save(tmp_path, make()))
     ck.check_compatible(c, 5, "bsp", "softmax", 50)          # shared budget: reshaped on 5 ranks
     c.config["budget"] = "per-worker"
-    with pytest.raises(InputError, match="written by 3 ranks, this run has 5"):
+    with pytest.raises(InputError, match="written by 2 workers, this run has 4"):
         ck.check_compatible(c, 5, "bsp", "softmax", 50)
     with pytest.raises(InputError, match="--sync bsp run"):
         ck.check_compatible(c, 3, "asp", "softmax", 50)

@@ -215,7 +215,7 @@ def test_incompatible_and_corrupted_checkpoints_are_clear_errors(tmp_path):
     path = next(ck.glob("ckpt-*.h5"))
     # per-worker budgets keep each worker's epochs: another worker count is refused
     proc, _ = run_train(3, *RUN, "--budget", "per-worker", "--resume", str(path))
-    assert proc.returncode == 2 and "written by 4 ranks, this run has 3" in proc.stderr
+    assert proc.returncode == 2 and "written by 3 workers, this run has 2" in proc.stderr
     assert "Traceback" not in proc.stderr
     proc, _ = run_train(4, "--model", "logistic", *RUN, "--budget", "per-worker", "--resume", str(path))
     assert proc.returncode == 2 and "holds model softmax" in proc.stderr
