@@ -115,7 +115,7 @@ class ParameterServer:
         self._control_sends: list[MPI.Request] = []
         self._ended = False
         if self._followers:
-            core.keys, core.gather, core.ops = keys, self._gather, []
+            core.lead(keys, self._gather)
 
     def run(self) -> ServerStats:
         """Serve until every worker has sent its last push (or a stop checkpoint ends the run)."""

@@ -107,20 +107,17 @@ class ServerCore:
     holds every worker until all active ones have pushed, then answers them all with CHECKPOINT
     (``collect`` lists whose resumable state the transport must fetch before :meth:`cut_done`).
 
-    With several servers (``keys`` a part of ``params``), this core decides for all of them: it
-    applies deltas to its own key range only and logs every apply and answer in ``ops`` for the
-    transport to replay on the other servers; ``gather(with_unapplied)`` must then fill the rest
-    of ``params`` (and of ``stats.unapplied``) from them before a snapshot, a cut or the end.
+    With several servers the transport calls :meth:`lead`: this core then decides for all of
+    them, applies deltas to its own key range only and logs every apply and answer in ``ops``.
     """
 
     def __init__(self, params: np.ndarray, policy: SyncPolicy, n_workers: int,
                  budget: Budget | None = None, recorder: SnapshotRecorder | None = None,
-                 checkpoints: Any = None, on_progress: Callable[[ServerStats], None] | None = None,
-                 keys: slice = slice(None), gather: Callable[[bool], None] | None = None) -> None:
+                 checkpoints: Any = None, on_progress: Callable[[ServerStats], None] | None = None) -> None:
         self.params = params
-        self.keys = keys
-        self.gather = gather
-        self.ops: list[tuple[int, int, int]] | None = [] if gather is not None else None
+        self.keys = slice(None)                    # the range this server applies to (lead)
+        self.gather: Callable[[bool], None] | None = None
+        self.ops: list[tuple[int, int, int]] | None = None
         self.policy = policy
         self.n_workers = n_workers
         self.book = Book(n_workers)
@@ -144,6 +141,12 @@ class ServerCore:
         self.recv_bps = 0.0                        # EWMA of bytes per second received
         self._last_arrival: float | None = None
         self._serviced = 0                         # pushes the transport reported handling
+
+    def lead(self, keys: slice, gather: Callable[[bool], None]) -> None:
+        """Decide for several servers: apply to ``params[keys]`` only and log ops to replay; the
+        transport's ``gather(with_unapplied)`` fills the other ranges of ``params`` (and of
+        ``stats.unapplied``) before a snapshot, a cut or the end."""
+        self.keys, self.gather, self.ops = keys, gather, []
 
     @property
     def done(self) -> bool:
