@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import InputError
+from .sparse import PUSH_MODES
 from .sync.esp import SCALES as ESP_SCALES
 from .sync.psp import AGGREGATES as PSP_AGGREGATES, ESTIMATORS as PSP_ESTIMATORS, OBJECTIVES as PSP_OBJECTIVES
 from .sync.psp import WAITS as PSP_WAITS
@@ -26,6 +27,7 @@ class TrainConfig:
 
     sync: str = "bsp"
     servers: int = 1
+    push: str = "auto"
     staleness: float = 3.0
     model: str = "softmax"
     hidden: int = 64
@@ -144,6 +146,8 @@ def _validate(c: TrainConfig) -> None:
                          f"{', '.join(PSP_OBJECTIVES)}, got '{c.psp_estimator}' and '{c.psp_objective}'")
     if c.psp_wait not in PSP_WAITS:
         raise InputError(f"--psp-wait must be one of {', '.join(PSP_WAITS)}, got '{c.psp_wait}'")
+    if c.push not in PUSH_MODES:
+        raise InputError(f"--push must be one of {', '.join(PUSH_MODES)}, got '{c.push}'")
     if c.servers < 1:
         raise InputError(f"--servers must be >= 1, got {c.servers}")
     if c.threads < 1:
@@ -193,6 +197,8 @@ _HELP = {
     "sync": "synchronization model: " + "; ".join(f"{m.name} = {m.summary}" for m in SYNC_REGISTRY.values()),
     "servers": "server ranks K: ranks 0..K-1 serve one contiguous key range each (rank 0 decides for all "
                "of them), ranks K.. train",
+    "push": "push/pull frames: auto (on sparse data, only the changed keys where that is smaller; on dense "
+            "data, the whole vector), dense (always the whole vector), sparse (always keys and values)",
     "staleness": "SSP staleness bound s (0 = BSP, inf = ASP)",
     "model": "model to train: logistic (binary), softmax, svm (one-vs-rest hinge), lsq (one-vs-rest "
              "ridge on one-hot targets), mlp (one hidden layer), or a name given to register_model",
@@ -313,6 +319,8 @@ def build_parser(prog: str = "python -m mpikanel.train", print_errors: bool = Tr
             p.add_argument(flag, action="store_true", help=_HELP[f.name])
         elif f.name == "sync":
             p.add_argument(flag, choices=SYNC_MODELS, help=helptext)
+        elif f.name == "push":
+            p.add_argument(flag, choices=PUSH_MODES, help=helptext)
         elif f.name == "esp_scale":
             p.add_argument(flag, choices=ESP_SCALES, help=helptext)
         elif f.name == "progress":

@@ -69,6 +69,12 @@ def evaluate(s: Any, params: np.ndarray, initial: np.ndarray, losses: list[tuple
         "params_norm": float(np.linalg.norm(params)),
         "params_sha256": hashlib.sha256(np.ascontiguousarray(params).tobytes()).hexdigest(),
         "pushes_per_s": deltas_sent / wall if wall > 0 else 0.0,
+        # what --push chose (auto/dense/sparse as run) and the bytes the workers moved: push payloads
+        # sent and replies received (each worker's own figures are in its line)
+        "push": getattr(s, "push_mode", "dense"),
+        "bytes_sent": int(sum(w.get("bytes_sent", 0) for w in workers)),
+        "bytes_received": int(sum(w.get("bytes_received", 0) for w in workers)),
+        "bytes_per_push": sum(w.get("bytes_sent", 0) for w in workers) / max(deltas_sent, 1),
         "server_busy_s": server_stats.busy_s,
         "server_service_s": float(getattr(server_stats, "service_s", 0.0)),
         "clock_spread_max": int(getattr(server_stats, "clock_spread_max", 0)),
@@ -122,6 +128,8 @@ def format_summary(d: dict) -> str:
         f"{d['workers']} workers",
         f"  wall {d['wall_s']:.2f} s, {d['deltas_sent']} pushes ({d['pushes_per_s']:.0f}/s), "
         f"deltas applied {d['deltas_applied']}, {d['samples']} samples ({d['budget']} budget)",
+        f"  {d.get('push', 'dense')} frames: {d.get('bytes_per_push', 0) / 1e3:.1f} kB per push, "
+        f"{d.get('bytes_sent', 0) / 1e6:.1f} MB pushed, {d.get('bytes_received', 0) / 1e6:.1f} MB pulled",
         f"  train loss {f(d['train_loss'])}  acc {f(d['train_accuracy'], '.2%')}   "
         f"test loss {f(d['test_loss'])}  acc {f(d['test_accuracy'], '.2%')}",
         "  worker  steps  samples  compute_s  comm_s  wait_s  injected_s  step_x",
@@ -129,13 +137,13 @@ def format_summary(d: dict) -> str:
     if d.get("target_loss") is not None:
         reached = d.get("time_to_target_s")
         touch = d.get("first_touch_s")
-        lines.insert(3, f"  time to test loss {d['target_loss']:g} (held to the end): "
+        lines.insert(4, f"  time to test loss {d['target_loss']:g} (held to the end): "
                         + ("not held" if reached is None else f"{reached:.2f} s")
                         + ("" if touch is None else f"; first touched at {touch:.2f} s"))
     if (d.get("servers") or 1) > 1 and d.get("server_ranks"):
         per = ", ".join(f"rank {r['rank']} keys {r['keys'][0]}..{r['keys'][1]} {r['busy_us_per_push']:.0f} us/push "
                         f"{r['peak_rss_mb']:.0f} MiB" for r in d["server_ranks"])
-        lines.insert(3, f"  {d['servers']} servers: {per}")
+        lines.insert(4, f"  {d['servers']} servers: {per}")
     for w in d["per_worker"]:
         lines.append(f"  {w['rank']:>6}  {w['steps']:>5}  {w['samples']:>7}  {w['compute_s']:>9.2f}  "
                      f"{w['comm_s']:>6.2f}  {w['wait_s']:>6.2f}  {w['injected_s']:>10.2f}  "

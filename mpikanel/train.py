@@ -40,6 +40,7 @@ from .hetero import HeteroSpec, Injector, ServerDelay, describe_hetero, parse_he
 from .kernels import CSR, BoundModel, Model, bind, get_model, set_threads, warmup
 from .metrics import SnapshotRecorder, evaluate_curve, write_metrics
 from .servermap import ServerMap
+from .sparse import effective_mode
 from .summary import add_curve, evaluate, format_summary
 from . import sync as sync_models
 from .sync import Schedule, SyncPolicy
@@ -65,6 +66,7 @@ class Setup:
     val: BoundModel | None = None   # the server's validation rows (--val-fraction)
     train_rows: int = 0        # training rows the workers share (validation rows excluded)
     servers: ServerMap | None = None   # which server rank owns which parameters
+    push_mode: str = "dense"           # the frames pushes and replies use (mpikanel.sparse.effective_mode)
 
 
 def agree(comm, fn: Callable[[], T]) -> T:
@@ -182,7 +184,7 @@ def setup(config: TrainConfig, comm) -> Setup:
     bound = [None if d is None else bind(model, d.X, d.y, info.n_classes) for d in (shard, test, val)]
     n_params = model.n_params(info.n_features, info.n_classes)
     return Setup(config, info, model, n_params, plan, *bound, train_rows=train_rows,
-                 servers=ServerMap(n_params, k))
+                 servers=ServerMap(n_params, k), push_mode=effective_mode(config.push, sparse))
 
 
 def train(config: TrainConfig | dict | None = None, comm=None, _stop: StopSignals | None = None,
@@ -313,7 +315,7 @@ def _serve(comm, s: Setup, params: np.ndarray, initial: np.ndarray, ckpt, stop: 
     budget = budget_for(config, n_workers, s.train_rows)
     service = ServerDelay(config.server_delay, config.seed) if config.server_delay else None
     with _progress(total, config) as on_progress:
-        core = ServerCore(params, policy, n_workers, budget, recorder, control, on_progress)
+        core = ServerCore(params, policy, n_workers, budget, recorder, control, on_progress, s.push_mode)
         if ckpt is not None:
             core.restore(ckpt.server, ckpt.server_arrays)
             if not ckpt.server.get("reshaped"):
@@ -329,7 +331,7 @@ def _follow(comm, s: Setup, params: np.ndarray) -> None:
 
     config = s.config
     service = ServerDelay(config.server_delay, config.seed) if config.server_delay else None
-    FollowerServer(comm, params, s.servers, comm.Get_size() - config.servers, service).run()
+    FollowerServer(comm, params, s.servers, comm.Get_size() - config.servers, service, s.push_mode).run()
 
 
 def _work(comm, s: Setup, params: np.ndarray, w: int, state: dict | None, stop: StopSignals) -> WorkerStats:
@@ -339,7 +341,7 @@ def _work(comm, s: Setup, params: np.ndarray, w: int, state: dict | None, stop: 
 
     config, n_workers = s.config, comm.Get_size() - s.config.servers
     rank = w + 1                    # the worker's rank as with one server
-    client = WorkerClient(comm, s.n_params, servers=s.servers)
+    client = WorkerClient(comm, s.n_params, servers=s.servers, push_mode=s.push_mode)
     client.stop_requested = stop.requested
     plan = s.plan
     if state is not None and "reshaped_seq" in state:

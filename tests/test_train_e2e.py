@@ -41,7 +41,9 @@ def test_sync_models_converge_on_synthetic(sync, tmp_path):
 
 
 @pytest.mark.skipif(not FASHION.exists(), reason="apt-get install dataset-fashion-mnist for the real-data test")
-@pytest.mark.parametrize("sync", ["bsp", "asp", "ssp"])
+# one model on real data (each model trains on synthetic data above; BSP and the MLP train on
+# Fashion-MNIST in the kernel tests): CI time
+@pytest.mark.parametrize("sync", ["asp"])
 def test_sync_models_converge_on_fashion_mnist(sync, tmp_path):
     proc, s = run_train(4, "--data", "fashion-mnist", "--sync", sync, "--epochs", "1", "--lr", "0.05",
                         tmp_path=tmp_path)
@@ -166,12 +168,12 @@ def kill_rank(pid: int, rank: int) -> None:
 
 
 def test_asp_soak_sixteen_ranks_loses_nothing(tmp_path):
-    # 15 workers x 450 steps = 6750 pushes through one server; every delta must arrive
-    proc, s = run_train(16, "--sync", "asp", "--synthetic-rows", "20000", "--synthetic-features", "20",
+    # 15 workers x 300 steps = 4500 pushes through one server; every delta must arrive
+    proc, s = run_train(16, "--sync", "asp", "--synthetic-rows", "13334", "--synthetic-features", "20",
                         "--batch-size", "8", "--epochs", "3", "--test-fraction", "0.1", "--lr", "0.01",
                         tmp_path=tmp_path, timeout=600)
     assert proc.returncode == 0, proc.stderr
-    assert s["deltas_sent"] >= 6_000
+    assert s["deltas_sent"] >= 4_000
     assert_no_lost_work(s)
 
 

@@ -14,8 +14,8 @@ from mpi4py import MPI
 from ..engine.follower_core import FollowerCore
 from ..hetero import ServerDelay, sleep_for
 from ..servermap import ServerMap
-from .protocol import Frame, H, Op, Tag, control_ints, frame_nbytes
-from .server import ReplySnapshots, server_report
+from .protocol import H, Op, Tag, control_ints
+from .server import Traffic, server_report
 
 PRIMARY = 0
 
@@ -24,23 +24,19 @@ class FollowerServer:
     """Server rank k > 0 of a ServerMap: replays server 0's ops on ``params[smap.range(k)]``."""
 
     def __init__(self, comm: MPI.Comm, params: np.ndarray, smap: ServerMap, n_workers: int,
-                 service: ServerDelay | None = None) -> None:
+                 service: ServerDelay | None = None, push_mode: str = "dense") -> None:
         self.comm = comm
         self.rank = comm.Get_rank()
         self.keys = smap.range(self.rank)
         self.first = smap.first_worker()
-        self.core = FollowerCore(params[self.keys], n_workers)
+        self.core = FollowerCore(params[self.keys], n_workers, push_mode)
         self.service = service
         n = self.keys.stop - self.keys.start
-        self._inbox = [Frame.allocate(n) for _ in range(n_workers)]
-        self._outbox = [Frame.allocate(0) for _ in range(n_workers)]
-        self._snapshots = ReplySnapshots(n)
-        self._recv = [comm.Recv_init([f.buf, MPI.BYTE], source=w + self.first, tag=Tag.PUSH)
-                      for w, f in enumerate(self._inbox)]
-        self._send: list[MPI.Request] = [MPI.REQUEST_NULL] * n_workers
+        self._traffic = Traffic(comm, n_workers, self.first, n, push_mode)
+        self._recv = self._traffic.receives()
+        self._delta: list = [None] * n_workers     # (keys, values) of each worker's waiting push
         self._control = np.zeros(control_ints(n_workers), dtype=np.int64)
         self._control_recv = comm.Recv_init([self._control, MPI.INT64_T], source=PRIMARY, tag=Tag.CONTROL)
-        self._nbytes = frame_nbytes(n)
         self._pushes = 0
         self._busy_s = 0.0
 
@@ -66,7 +62,7 @@ class FollowerServer:
             while (action := core.next()) is not None:
                 self._do(action.op, action.w, action.arg, time.perf_counter() - t_start)
             self._busy_s += time.perf_counter() - t0
-        MPI.Request.Waitall(self._send)
+        MPI.Request.Waitall(self._traffic.sends)
         for req in self._recv + [self._control_recv]:
             if not req.Test():          # Test completes nothing here: no worker pushes any more
                 req.Cancel()
@@ -75,6 +71,8 @@ class FollowerServer:
 
     def _arrived(self, w: int) -> None:
         self._pushes += 1
+        _, keys, values = self._traffic.arrived(w)
+        self._delta[w] = (keys, values)
         if self.service is not None:
             sleep_for(self.service.draw(self._pushes - 1))
         self.core.push_arrived(w)
@@ -82,7 +80,8 @@ class FollowerServer:
     def _do(self, op: Op, w: int, arg: int | float, now: float) -> None:
         core = self.core
         if op is Op.APPLY:
-            core.apply(self._inbox[w].payload, float(arg))
+            keys, values = self._delta[w]
+            core.apply(values, float(arg), keys)
         elif op is Op.REPLY:
             self._reply(w)
             if arg:
@@ -93,20 +92,13 @@ class FollowerServer:
                 scaled = core.unapplied if core.unapplied is not None else np.zeros_like(core.params)
                 self.comm.Send([scaled, MPI.DOUBLE], dest=PRIMARY, tag=Tag.SLICE)
         elif op is Op.END:
-            report = server_report(self.rank, self.keys, self._pushes, self._nbytes, self._busy_s, now)
+            report = server_report(self.rank, self.keys, self._pushes, self._traffic, self._busy_s, now)
             report["deltas_applied"] = core.deltas_applied
             self.comm.send(report, dest=PRIMARY, tag=Tag.SERVER_STATS)
 
     def _reply(self, w: int) -> None:
-        self._send[w].Wait()
-        out = self._outbox[w]
+        self._traffic.sends[w].Wait()
+        out = self._traffic.outbox[w]
         out.header[H.VERSION] = self.core.version
         out.header[H.FLAGS] = 0
-        snap = self._snapshots.get(self.core.version, self.core.params)
-        joined = MPI.BYTE.Create_hindexed([out.buf.nbytes, snap.nbytes],
-                                          [MPI.Get_address(out.buf), MPI.Get_address(snap)]).Commit()
-        try:
-            self._send[w] = self.comm.Isend([MPI.BOTTOM, 1, joined], dest=w + self.first, tag=Tag.REPLY)
-        finally:
-            joined.Free()
-        self._snapshots.sent(self._send[w])
+        self._traffic.reply(w, self.core.version, self.core.params, self.core.replies.reply(w, self.core.version))

@@ -15,6 +15,8 @@ from enum import IntEnum
 
 import numpy as np
 
+from ..sparse import payload_nbytes, unpack
+
 
 class Tag(IntEnum):
     """MPI tags; one place for all of them."""
@@ -41,6 +43,7 @@ class H(IntEnum):
                    # probe answer: pushes arrived and not yet handled when the probe was answered
     SAMPLES = 6    # push: training samples folded into this delta (counted against the budget)
     LEASE = 7      # reply: samples the worker may process beyond the push this reply answers
+    NNZ = 8        # push, reply with the SPARSE flag: keys in the payload (mpikanel.sparse layout)
 
 
 class M(IntEnum):
@@ -64,6 +67,7 @@ class Flag(IntEnum):
     STOP_REQUEST = 16   # push: this worker got SIGTERM/SIGUSR1; checkpoint and stop the run
     FINISH = 32         # reply: the work budget is spent: push your unsent work as DONE and leave
     CRITICAL = 64       # reply (PSP): your push closes the next round: push on plan and block
+    SPARSE = 128        # push, reply: the payload is NNZ keys then NNZ values, not the whole range
 
 
 class Op(IntEnum):
@@ -115,7 +119,7 @@ class Frame:
 
     @classmethod
     def allocate(cls, n_params: int) -> "Frame":
-        """Allocate a zeroed frame for n_params parameters."""
+        """Allocate a zeroed frame for n_params float64 payload slots."""
         buf = np.zeros(frame_nbytes(n_params), dtype=np.uint8)
         header = buf[: 8 * HEADER_INTS].view(np.int64)
         meta = buf[8 * HEADER_INTS: PAYLOAD_OFFSET].view(np.float64)
@@ -125,3 +129,13 @@ class Frame:
     def has(self, flag: Flag) -> bool:
         """True when the FLAGS header field has this bit set."""
         return bool(self.header[H.FLAGS] & flag)
+
+    def nbytes(self, n: int) -> int:
+        """Bytes of the message this frame holds for a range of n keys (dense or SPARSE)."""
+        return PAYLOAD_OFFSET + payload_nbytes(self.has(Flag.SPARSE), int(self.header[H.NNZ]), n)
+
+    def entries(self, n: int) -> tuple[np.ndarray | None, np.ndarray]:
+        """(keys, values) of a SPARSE frame; (None, the whole range) of a dense one of n keys."""
+        if self.has(Flag.SPARSE):
+            return unpack(self.payload, int(self.header[H.NNZ]))
+        return None, self.payload[:n]

@@ -26,7 +26,8 @@ from mpi4py import MPI
 from ..engine.server_core import Answer, Push, ServerCore, ServerStats
 from ..hetero import ServerDelay, sleep_for
 from ..servermap import ServerMap
-from .protocol import OP_INTS, Flag, Frame, H, M, Op, Tag, control_ints, frame_nbytes
+from ..sparse import capacity
+from .protocol import OP_INTS, Flag, Frame, H, M, Op, Tag, control_ints
 
 __all__ = ["ParameterServer", "ReplySnapshots", "ServerStats"]
 
@@ -76,11 +77,61 @@ def peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
 
 
-def server_report(rank: int, keys: slice, pushes: int, nbytes: int, busy_s: float, wall_s: float) -> dict:
-    """One server rank's line in the summary: its range, load and memory."""
-    return {"rank": rank, "keys": [keys.start, keys.stop], "pushes": pushes, "bytes_received": pushes * nbytes,
-            "busy_s": busy_s, "busy_us_per_push": 1e6 * busy_s / max(1, pushes), "wall_s": wall_s,
-            "peak_rss_mb": peak_rss_mb()}
+def server_report(rank: int, keys: slice, pushes: int, traffic: "Traffic", busy_s: float, wall_s: float) -> dict:
+    """One server rank's line in the summary: its range, load, bytes and memory."""
+    return {"rank": rank, "keys": [keys.start, keys.stop], "pushes": pushes, "bytes_received": traffic.received,
+            "bytes_sent": traffic.sent, "busy_s": busy_s, "busy_us_per_push": 1e6 * busy_s / max(1, pushes),
+            "wall_s": wall_s, "peak_rss_mb": peak_rss_mb()}
+
+
+class Traffic:
+    """One server rank's side of the push/pull traffic: frames in, replies out (dense or SPARSE)."""
+
+    def __init__(self, comm: MPI.Comm, n_workers: int, first: int, n: int, mode: str) -> None:
+        self.comm, self.first, self.n = comm, first, n
+        self.inbox = [Frame.allocate(capacity(mode, n)) for _ in range(n_workers)]
+        self.outbox = [Frame.allocate(0) for _ in range(n_workers)]     # header + meta only
+        self.snapshots = ReplySnapshots(n)
+        self.sends: list[MPI.Request] = [MPI.REQUEST_NULL] * n_workers
+        self._kept: list = [None] * n_workers    # a sparse reply's keys and values, until it is sent
+        self.received = self.sent = 0
+
+    def receives(self) -> list[MPI.Request]:
+        """One persistent receive per worker for its pushes (frames up to the inbox size)."""
+        return [self.comm.Recv_init([f.buf, MPI.BYTE], source=w + self.first, tag=Tag.PUSH)
+                for w, f in enumerate(self.inbox)]
+
+    def arrived(self, w: int) -> tuple[Frame, np.ndarray | None, np.ndarray]:
+        """Worker w's push frame, its keys (None: dense) and values; counts its bytes."""
+        frame = self.inbox[w]
+        self.received += frame.nbytes(self.n)
+        keys, values = frame.entries(self.n)
+        return frame, keys, values
+
+    def reply(self, w: int, version: int, params: np.ndarray, keys: np.ndarray | None) -> None:
+        """Send the header in ``outbox[w]`` with the range ``params`` at `version`: whole, from the
+        snapshot every reply at that version shares, or only at ``keys`` (SPARSE)."""
+        self.sends[w].Wait()            # the worker got the previous reply before pushing again
+        out = self.outbox[w]
+        if keys is None:
+            out.header[H.FLAGS] &= ~Flag.SPARSE
+            blocks = [out.buf, self.snapshots.get(version, params)]
+            self._kept[w] = None
+        else:
+            out.header[H.FLAGS] |= Flag.SPARSE
+            out.header[H.NNZ] = keys.size
+            blocks = [out.buf] + ([keys, params[keys]] if keys.size else [])
+            self._kept[w] = blocks
+        nbytes = [b.nbytes for b in blocks]
+        self.sent += sum(nbytes)
+        # one message in the frame layout, read from where its parts are: no copy into a frame
+        joined = MPI.BYTE.Create_hindexed(nbytes, [MPI.Get_address(b) for b in blocks]).Commit()
+        try:
+            self.sends[w] = self.comm.Isend([MPI.BOTTOM, 1, joined], dest=w + self.first, tag=Tag.REPLY)
+        finally:
+            joined.Free()               # allowed while the send is pending: MPI frees it afterwards
+        if keys is None:
+            self.snapshots.sent(self.sends[w])
 
 
 class ParameterServer:
@@ -88,6 +139,7 @@ class ParameterServer:
 
     def __init__(self, comm: MPI.Comm, core: ServerCore, service: ServerDelay | None = None,
                  probes: bool = False, servers: ServerMap | None = None) -> None:
+        """Frames are sized for ``core.push_mode`` (mpikanel.sparse)."""
         self.comm = comm
         self.core = core
         self.service = service
@@ -96,18 +148,13 @@ class ParameterServer:
         self.first = first = smap.first_worker()
         keys = smap.range(0)
         n, nw = keys.stop - keys.start, core.n_workers
-        self._inbox = [Frame.allocate(n) for _ in range(nw)]
-        self._outbox = [Frame.allocate(0) for _ in range(nw)]     # header + meta; the payload is a snapshot
-        self._snapshots = ReplySnapshots(n)
-        self._recv = [comm.Recv_init([f.buf, MPI.BYTE], source=w + first, tag=Tag.PUSH)
-                      for w, f in enumerate(self._inbox)]
-        self._send: list[MPI.Request] = [MPI.REQUEST_NULL] * nw
+        self._traffic = Traffic(comm, nw, first, n, core.push_mode)
+        self._recv = self._traffic.receives()
         self._probe_in = [Frame.allocate(0) for _ in range(nw)] if probes else []
         self._probe_out = [Frame.allocate(0) for _ in range(nw)] if probes else []
         self._probe_recv = [comm.Recv_init([f.buf, MPI.BYTE], source=w + first, tag=Tag.PROBE)
                             for w, f in enumerate(self._probe_in)]
         self._probe_send: list[MPI.Request] = [MPI.REQUEST_NULL] * len(self._probe_recv)
-        self._nbytes = frame_nbytes(n)
         self._listening = 0             # push receives posted and not yet completed
         self._t_start = 0.0
         self._followers = list(range(1, smap.servers))
@@ -137,8 +184,9 @@ class ParameterServer:
             self._listening -= len(pushes)
             for w in pushes:
                 t_push = time.perf_counter()
+                received = self._traffic.received
                 core.on_push(self._decode(w), self._now())
-                core.observe_service(time.perf_counter() - t_push, self._nbytes, self._now())
+                core.observe_service(time.perf_counter() - t_push, self._traffic.received - received, self._now())
             for answer in core.release(self._now()):
                 self._reply(answer)
                 if core.keeps_serving(answer.w):
@@ -150,7 +198,7 @@ class ParameterServer:
             core.cut_done(self._now())
             core.stats.busy_s += time.perf_counter() - t0
         reports = self._end_followers()
-        MPI.Request.Waitall(self._send)
+        MPI.Request.Waitall(self._traffic.sends)
         for req in self._recv:          # all inactive now: every worker's last push was answered
             req.Free()
         for req in self._probe_recv:    # still posted: no worker probes after its last push
@@ -158,9 +206,9 @@ class ParameterServer:
             req.Wait()
             req.Free()
         MPI.Request.Waitall(self._probe_send)
-        core.stats.reply_snapshots_peak = self._snapshots.peak
+        core.stats.reply_snapshots_peak = self._traffic.snapshots.peak
         stats = core.finish(self._now())
-        own = server_report(0, self.smap.range(0), int(stats.pushes.sum()), self._nbytes, stats.busy_s, stats.wall_s)
+        own = server_report(0, self.smap.range(0), int(stats.pushes.sum()), self._traffic, stats.busy_s, stats.wall_s)
         stats.servers = [own] + reports
         return stats
 
@@ -250,7 +298,7 @@ class ParameterServer:
         return time.perf_counter() - self._t_start
 
     def _decode(self, w: int) -> Push:
-        frame = self._inbox[w]
+        frame, keys, values = self._traffic.arrived(w)
         h = frame.header
         if self.service is not None:        # a congested server: service time per push handled
             delay = self.service.draw(int(self.core.stats.pushes.sum()))
@@ -259,22 +307,14 @@ class ParameterServer:
         return Push(w, int(h[H.CLOCK]), int(h[H.STEPS]), int(h[H.SAMPLES]), int(h[H.VERSION]),
                     float(frame.meta[M.STEP_S]), last=frame.has(Flag.DONE),
                     stop_request=frame.has(Flag.STOP_REQUEST),
-                    delta=frame.payload if frame.has(Flag.HAS_DELTA) else None)
+                    delta=values if frame.has(Flag.HAS_DELTA) else None, keys=keys)
 
     def _reply(self, a: Answer) -> None:
-        self._send[a.w].Wait()          # the worker got the previous reply before pushing again
-        out = self._outbox[a.w]
+        self._traffic.sends[a.w].Wait()     # before its header is rewritten
+        out = self._traffic.outbox[a.w]
         h = out.header
         h[H.CLOCK], h[H.VERSION], h[H.PLAN], h[H.BUSY] = a.clock, a.version, a.plan, a.busy
         h[H.LEASE], h[H.FLAGS] = a.lease, a.flags
         out.meta[M.HELD_S] = a.held_s
         out.meta[M.UPDATE_NORM] = a.update_norm
-        snap = self._snapshots.get(a.version, self.core.params[self.core.keys])
-        # one message in the frame layout, read from two places: the header block and the snapshot
-        joined = MPI.BYTE.Create_hindexed([out.buf.nbytes, snap.nbytes],
-                                          [MPI.Get_address(out.buf), MPI.Get_address(snap)]).Commit()
-        try:
-            self._send[a.w] = self.comm.Isend([MPI.BOTTOM, 1, joined], dest=a.w + self.first, tag=Tag.REPLY)
-        finally:
-            joined.Free()               # allowed while the send is pending: MPI frees it afterwards
-        self._snapshots.sent(self._send[a.w])
+        self._traffic.reply(a.w, a.version, self.core.params[self.core.keys], a.keys)

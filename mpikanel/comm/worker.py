@@ -9,7 +9,8 @@ from mpi4py import MPI
 
 from ..engine.worker_core import ProbeAnswer, Reply
 from ..servermap import ServerMap
-from .protocol import Flag, Frame, H, M, Tag
+from ..sparse import capacity, pack, use_sparse
+from .protocol import PAYLOAD_OFFSET, Flag, Frame, H, M, Tag
 
 SERVER = 0      # decides for all servers: replies' headers, probes and resumable states go to it
 
@@ -32,6 +33,14 @@ class SlicedFrame:
         """One MPI buffer spec per server, in rank order."""
         return [[MPI.BOTTOM, 1, t] for t in self.types]
 
+    def pack(self) -> int:
+        """Nothing to pack (the frames read the payload in place); the payload bytes sent."""
+        return self.payload.nbytes
+
+    def unpack(self) -> tuple[np.ndarray | None, np.ndarray, int]:
+        """A reply: (None, the whole parameter vector, bytes received)."""
+        return None, self.payload, self.payload.nbytes + len(self.frames) * PAYLOAD_OFFSET
+
     def has(self, flag: Flag) -> bool:
         """True when server 0's header has this flag."""
         return self.frames[0].has(flag)
@@ -48,16 +57,79 @@ class SlicedFrame:
         self.types = []
 
 
+class PackedFrames:
+    """A frame per server holding its range of a push or reply, dense or SPARSE (mpikanel.sparse),
+    copied to and from one full vector (``payload``) by :meth:`pack` and :meth:`unpack`."""
+
+    def __init__(self, n_params: int, smap: ServerMap, mode: str) -> None:
+        self.mode = mode
+        self.ranges = [smap.range(k) for k in range(smap.servers)]
+        self.payload = np.zeros(n_params)
+        self.frames = [Frame.allocate(capacity(mode, r.stop - r.start)) for r in self.ranges]
+        self.counts = [f.buf.nbytes for f in self.frames]       # bytes to send of each frame
+        self.nnz = [-1] * len(self.frames)                      # keys per frame (-1: dense)
+        self.header, self.meta = self.frames[0].header, self.frames[0].meta
+
+    def specs(self) -> list:
+        """One MPI buffer spec per server: the packed bytes of each frame."""
+        return [[f.buf, c, MPI.BYTE] for f, c in zip(self.frames, self.counts)]
+
+    def has(self, flag: Flag) -> bool:
+        """True when server 0's header has this flag."""
+        return self.frames[0].has(flag)
+
+    def pack(self) -> int:
+        """Copy each server's range of the payload into its frame, sparse where that is smaller (or
+        forced); returns the payload bytes to send."""
+        total = 0
+        for k, (f, r) in enumerate(zip(self.frames, self.ranges)):
+            part = self.payload[r]
+            keys = np.flatnonzero(part)
+            if use_sparse(self.mode, keys.size, part.size):
+                pack(f.payload, keys, part[keys])
+                self.nnz[k] = keys.size
+            else:
+                f.payload[:part.size] = part
+                self.nnz[k] = -1
+            self.counts[k] = PAYLOAD_OFFSET + (16 * keys.size if self.nnz[k] >= 0 else 8 * part.size)
+            total += self.counts[k] - PAYLOAD_OFFSET
+        return total
+
+    def copy_header(self) -> None:
+        """Give every server the header filled in for server 0, each with its own SPARSE and NNZ."""
+        src = self.frames[0].buf[:PAYLOAD_OFFSET]
+        for k, f in enumerate(self.frames):
+            if k:
+                f.buf[:PAYLOAD_OFFSET] = src
+            sparse = self.nnz[k] >= 0
+            f.header[H.FLAGS] = (int(f.header[H.FLAGS]) & ~Flag.SPARSE) | (Flag.SPARSE if sparse else 0)
+            f.header[H.NNZ] = max(0, self.nnz[k])
+
+    def unpack(self) -> tuple[np.ndarray | None, np.ndarray, int]:
+        """A reply: (None, the whole vector) when every server sent its whole range, else (the
+        global keys, their values); and the bytes received."""
+        parts = [(f.entries(r.stop - r.start), r) for f, r in zip(self.frames, self.ranges)]
+        nbytes = sum(f.nbytes(r.stop - r.start) for f, r in zip(self.frames, self.ranges))
+        if all(keys is None for (keys, _), _ in parts):
+            for (_, values), r in parts:
+                self.payload[r] = values
+            return None, self.payload, nbytes
+        keys = np.concatenate([np.arange(r.start, r.stop) if k is None else k + r.start for (k, _), r in parts])
+        values = np.concatenate([v for (_, v), _ in parts])
+        return keys, values, nbytes
+
+    def free(self) -> None:
+        """Nothing to free (no datatypes)."""
+
+
 class _Flight:
     """One request/answer exchange with the servers: its requests, a deferred send, when it landed."""
 
     def __init__(self, comm: MPI.Comm, out, inp, send_tag: Tag, recv_tag: Tag) -> None:
         self.comm, self.send_tag, self.recv_tag = comm, send_tag, recv_tag
         self.out, self.inp = out, inp
-        if isinstance(out, SlicedFrame):
-            self._out_specs, self._in_specs = out.specs(), inp.specs()
-        else:                           # header only, to server 0
-            self._out_specs, self._in_specs = [[out.buf, MPI.BYTE]], [[inp.buf, MPI.BYTE]]
+        self.framed = not isinstance(out, Frame)    # a push (frames per server), not a header-only probe
+        self._in_specs = inp.specs() if self.framed else [[inp.buf, MPI.BYTE]]
         self.reqs: list[MPI.Request] = []
         self.t_sent = 0.0
         self.send_at: float | None = None   # deferred Isend (injected link delay)
@@ -76,7 +148,8 @@ class _Flight:
 
     def _send(self) -> None:
         self.send_at = None
-        self.reqs.extend(self.comm.Isend(spec, dest=k, tag=self.send_tag) for k, spec in enumerate(self._out_specs))
+        specs = self.out.specs() if self.framed else [[self.out.buf, MPI.BYTE]]    # probes: to server 0
+        self.reqs.extend(self.comm.Isend(spec, dest=k, tag=self.send_tag) for k, spec in enumerate(specs))
 
     def poll(self) -> bool:
         """Send a due deferred request, then test; True once landed (caller holds MPI)."""
@@ -130,10 +203,14 @@ class WorkerClient:
     POLL_MAX_S = 2e-3
 
     def __init__(self, comm: MPI.Comm, n_params: int, progress: bool | None = None,
-                 servers: ServerMap | None = None) -> None:
+                 servers: ServerMap | None = None, push_mode: str = "dense") -> None:
         self.comm = comm
         smap = servers if servers is not None else ServerMap(n_params, 1)
-        self._ex = _Flight(comm, SlicedFrame(n_params, smap), SlicedFrame(n_params, smap), Tag.PUSH, Tag.REPLY)
+        if push_mode == "dense":
+            out, inp = SlicedFrame(n_params, smap), SlicedFrame(n_params, smap)
+        else:
+            out, inp = PackedFrames(n_params, smap, push_mode), PackedFrames(n_params, smap, push_mode)
+        self._ex = _Flight(comm, out, inp, Tag.PUSH, Tag.REPLY)
         self._pr = _Flight(comm, Frame.allocate(0), Frame.allocate(0), Tag.PROBE, Tag.PROBE_REPLY)
         self.out, self.inp = self._ex.out, self._ex.inp
         self._last = False
@@ -153,6 +230,10 @@ class WorkerClient:
     def delta(self) -> np.ndarray:
         """The outgoing payload buffer; fill it before start(). Never touch it while pending."""
         return self.out.payload
+
+    def pack(self) -> int:
+        """Frame the delta for sending (sparse where smaller); the payload bytes it will send."""
+        return self.out.pack()
 
     @property
     def pending(self) -> bool:
@@ -257,12 +338,13 @@ class WorkerClient:
         f.delayed_s = 0.0
         f.close()
         h, meta = self.inp.header, self.inp.meta
-        return Reply(self.inp.payload, int(h[H.VERSION]), int(h[H.PLAN]), int(h[H.BUSY]),
+        keys, params, nbytes = self.inp.unpack()
+        return Reply(params, int(h[H.VERSION]), int(h[H.PLAN]), int(h[H.BUSY]),
                      float(meta[M.HELD_S]), landed - f.t_sent, blocked_s, delayed,
                      landed_ago_s=time.perf_counter() - landed, update_norm=float(meta[M.UPDATE_NORM]),
                      lease=int(h[H.LEASE]), finish=self.inp.has(Flag.FINISH), last=self._last,
                      checkpoint=self.inp.has(Flag.CHECKPOINT), stop=self.inp.has(Flag.STOP),
-                     critical=self.inp.has(Flag.CRITICAL))
+                     critical=self.inp.has(Flag.CRITICAL), keys=keys, nbytes=nbytes)
 
     # --- probes ---------------------------------------------------------------------------------
 

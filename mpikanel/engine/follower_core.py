@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..comm.protocol import Op, bits_scale
+from ..sparse import ReplyKeys
 
 
 @dataclass
@@ -28,10 +29,11 @@ class Action:
 class FollowerCore:
     """Orders server 0's ops against the pushes that have arrived; applies deltas to ``params``."""
 
-    def __init__(self, params: np.ndarray, n_workers: int) -> None:
+    def __init__(self, params: np.ndarray, n_workers: int, push_mode: str = "dense") -> None:
         self.params = params
         self.n_workers = n_workers
-        self.version = 0                    # deltas applied: the same count as server 0's
+        self.version = 0                    # deltas applied since this rank started (server 0 counts on)
+        self.replies = ReplyKeys(push_mode, params.size, n_workers)
         self.unapplied: np.ndarray | None = None
         self.arrived = np.zeros(n_workers, dtype=bool)
         self.ops: deque[tuple[int, int, int]] = deque()
@@ -66,15 +68,22 @@ class FollowerCore:
             self.ended = True
         return Action(op, w, arg)
 
-    def apply(self, delta: np.ndarray, scale: float) -> None:
-        """Add one delta (scaled as server 0 scaled it; the rest is kept as unapplied)."""
+    def apply(self, delta: np.ndarray, scale: float, keys: np.ndarray | None = None) -> None:
+        """Add one delta, the range or values at ``keys`` (scaled as server 0 scaled it; the rest
+        is kept as unapplied), in the same operations as server 0 so the sums match bitwise."""
         if scale != 1.0:
             if self.unapplied is None:
                 self.unapplied = np.zeros_like(self.params)
-            self.unapplied += (1.0 - scale) * delta
-            self.params += scale * delta
-        else:
+            if keys is None:
+                self.unapplied += (1.0 - scale) * delta
+            else:
+                self.unapplied[keys] += (1.0 - scale) * delta
+            delta = delta * scale
+        if keys is None:
             self.params += delta
+        else:
+            self.params[keys] += delta
         self.version += 1
         self.deltas_applied += 1
+        self.replies.applied(self.version, keys)
 

@@ -15,6 +15,7 @@ import numpy as np
 from ..budget import Budget
 from ..comm.protocol import Flag, Op, scale_bits
 from ..metrics import SnapshotRecorder
+from ..sparse import ReplyKeys
 from ..sync import Book, SyncPolicy
 
 
@@ -30,7 +31,8 @@ class Push:
     step_s: float               # reported mean compute seconds per step
     last: bool = False          # the worker's DONE push
     stop_request: bool = False  # the worker was signalled: checkpoint and stop the run
-    delta: np.ndarray | None = None   # valid until the push is answered
+    delta: np.ndarray | None = None   # valid until the push is answered: the range, or values at keys
+    keys: np.ndarray | None = None    # a sparse push: the keys (of this server's range) delta holds
 
 
 @dataclass
@@ -46,6 +48,7 @@ class Answer:
     flags: int
     held_s: float
     update_norm: float = 0.0
+    keys: np.ndarray | None = None   # a sparse reply: the keys of the range changed since the worker's last
 
 
 @dataclass
@@ -113,8 +116,11 @@ class ServerCore:
 
     def __init__(self, params: np.ndarray, policy: SyncPolicy, n_workers: int,
                  budget: Budget | None = None, recorder: SnapshotRecorder | None = None,
-                 checkpoints: Any = None, on_progress: Callable[[ServerStats], None] | None = None) -> None:
+                 checkpoints: Any = None, on_progress: Callable[[ServerStats], None] | None = None,
+                 push_mode: str = "dense") -> None:
         self.params = params
+        self.push_mode = push_mode                 # mpikanel.sparse: replies carry changed keys unless dense
+        self.replies: ReplyKeys | None = None      # (set at start) what each reply carries
         self.keys = slice(None)                    # the range this server applies to (lead)
         self.gather: Callable[[bool], None] | None = None
         self.ops: list[tuple[int, int, int]] | None = None
@@ -130,7 +136,7 @@ class ServerCore:
         self.stopped = False                       # ended early by a stop request (checkpointed)
         self.collect: list[int] = []               # workers whose state the transport must fetch now
         self.t_start = 0.0                         # the transport's clock at start (wall runs only)
-        self._deltas: list[np.ndarray | None] = [None] * n_workers
+        self._deltas: list[Any] = [None] * n_workers     # per worker: the range, (keys, values) or None
         self._ckpt_reason: str | None = None
         self._stop_after_ckpt = False
         self._arrived_since_release = 0
@@ -154,7 +160,8 @@ class ServerCore:
         return self.book.finished or self.stopped
 
     def start(self, now: float) -> None:
-        """First snapshot of the parameters."""
+        """First snapshot of the parameters; every worker starts from them (at this version)."""
+        self.replies = ReplyKeys(self.push_mode, self.params[self.keys].size, self.n_workers, self.book.version)
         if self.recorder is not None:
             self.recorder.maybe_snapshot(now, self.params, self.book.version)
 
@@ -172,7 +179,7 @@ class ServerCore:
             st.clock_spread_max = max(st.clock_spread_max, int(active.max() - active.min()))
         if p.stop_request:
             self._stop_after_ckpt = True
-        self._deltas[w] = p.delta
+        self._deltas[w] = p.delta if p.keys is None or p.delta is None else (p.keys, p.delta)
         self._arrived_since_release += 1
         if self.policy.apply_on_arrival:
             self._apply(w)
@@ -182,6 +189,9 @@ class ServerCore:
         if delta is None:
             return
         self._deltas[w] = None
+        keys = None
+        if isinstance(delta, tuple):
+            keys, delta = delta
         tau = max(0, self.book.version - int(self.book.base_version[w]))
         st = self.stats
         st.staleness_sum[w] += tau
@@ -190,13 +200,23 @@ class ServerCore:
         if scale != 1.0:
             if st.unapplied is None:
                 st.unapplied = np.zeros_like(self.params)
-            st.unapplied[self.keys] += (1.0 - scale) * delta
+            scaled = st.unapplied[self.keys]
+            if keys is None:
+                scaled += (1.0 - scale) * delta
+            else:
+                scaled[keys] += (1.0 - scale) * delta
             delta = delta * scale
-        self.params[self.keys] += delta
+        own = self.params[self.keys]
+        if keys is None:
+            own += delta
+        else:
+            own[keys] += delta
         if self.ops is not None:
             self.ops.append((Op.APPLY, w, scale_bits(scale)))
         st.deltas_applied += 1
         self.book.version += 1
+        if self.replies is not None:
+            self.replies.applied(self.book.version, keys)
         # per local step, as the ESP value rule reads it (a delta of k steps carries k steps' worth)
         per_step = float(np.linalg.norm(delta)) / max(1, int(self.book.steps[w]))
         self.update_norm = _ewma(self.update_norm, per_step, st.deltas_applied)
@@ -290,7 +310,7 @@ class ServerCore:
         held = now - float(book.arrived_at[w])
         self.stats.held_s[w] += held
         return Answer(w, int(book.clock[w]), book.version, self.policy.plan(book, w), busy, lease, flags, held,
-                      self.update_norm)
+                      self.update_norm, self.replies.reply(w, book.version) if self.replies else None)
 
     def keeps_serving(self, w: int) -> bool:
         """Whether the transport should listen for worker w's next push after answering it."""

@@ -51,7 +51,7 @@ class Compute:
 class Reply:
     """What the server answered to one push."""
 
-    params: np.ndarray   # view into the reply frame: valid until the next exchange
+    params: np.ndarray   # the parameters (or their values at ``keys``): valid until the next exchange
     version: int
     plan: int
     busy: int
@@ -67,6 +67,8 @@ class Reply:
     checkpoint: bool = False  # the server asks for this worker's resumable state
     stop: bool = False        # the server stops the run after this checkpoint
     critical: bool = False    # PSP: this worker's next push closes the round: push on plan and block
+    keys: np.ndarray | None = None  # a sparse reply: the keys params holds (the rest did not change)
+    nbytes: int = 0           # bytes received
 
 
 @dataclass
@@ -95,6 +97,8 @@ class Exchanger(Protocol):
     @property
     def delta(self) -> np.ndarray: ...
 
+    def pack(self) -> int: ...
+
     def start(self, clock: int, steps: int, step_s: float, last: bool, has_delta: bool = True,
               base_version: int = 0, rtt_s: float = 0.0, delay_s: float = 0.0, samples: int = 0,
               background: bool = False) -> None: ...
@@ -122,6 +126,8 @@ class WorkerStats:
     steps: int = 0
     samples: int = 0              # training samples processed (the work budget counts these)
     pushes: int = 0
+    bytes_sent: int = 0           # push payload bytes (dense or sparse frames)
+    bytes_received: int = 0       # reply bytes
     compute_s: float = 0.0
     comm_s: float = 0.0           # blocked in an exchange, not held by the policy
     wait_s: float = 0.0           # blocked while the server held the push (sync policy)
@@ -269,9 +275,11 @@ class _Worker:
         step_s = (st.unsent_compute_s * batch / st.unsent_samples if batch and st.unsent_samples
                   else st.unsent_compute_s / max(st.unsent_steps, 1))
         self.stats.pushes += 1
+        nbytes = self.client.pack()
+        self.stats.bytes_sent += nbytes
         self.client.start(self.stats.pushes, st.unsent_steps, step_s, last,
                           base_version=self.base_version, rtt_s=st.rtt_ewma or 0.0,
-                          delay_s=self.injector.link_delay(8 * delta.size), samples=st.unsent_samples,
+                          delay_s=self.injector.link_delay(nbytes), samples=st.unsent_samples,
                           background=background)
         st.unsent_steps, st.unsent_compute_s, st.unsent_samples = 0, 0.0, 0
         st.pending, st.steps_while_pending, st.skips = True, 0, 0
@@ -306,9 +314,17 @@ class _Worker:
 
     def merge(self, reply) -> None:
         """Take the server's parameters, keeping steps made since the push."""
-        self.local -= self.at_send
-        self.local += reply.params
-        self.base[:] = reply.params
+        if reply.keys is None:
+            self.local -= self.at_send
+            self.local += reply.params
+            self.base[:] = reply.params
+        else:
+            # only these keys moved on the server (every key this worker pushed is among them);
+            # elsewhere at_send == base, so the dense merge would leave local as it is
+            k = reply.keys
+            self.local[k] = (self.local[k] - self.at_send[k]) + reply.params
+            self.base[k] = reply.params
+        self.stats.bytes_received += reply.nbytes
         self.base_version = reply.version
         st, stats = self.st, self.stats
         st.pending = False

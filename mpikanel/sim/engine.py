@@ -58,6 +58,10 @@ class SimClient:
         self._last = False
         self.stop_requested = lambda: False
 
+    def pack(self) -> int:
+        """The payload bytes of a push (the simulator sends dense frames)."""
+        return 8 * self.delta.size
+
     def start(self, clock: int, steps: int, step_s: float, last: bool, has_delta: bool = True,
               base_version: int = 0, rtt_s: float = 0.0, delay_s: float = 0.0, samples: int = 0,
               background: bool = False) -> None:
@@ -108,7 +112,8 @@ class SimClient:
         return Reply(params, a.version, a.plan, a.busy, a.held_s, self.sim.now - self._t_sent, 0.0, 0.0,
                      update_norm=a.update_norm,
                      lease=a.lease, finish=bool(a.flags & Flag.FINISH), last=self._last,
-                     checkpoint=False, stop=False, critical=bool(a.flags & Flag.CRITICAL))
+                     checkpoint=False, stop=False, critical=bool(a.flags & Flag.CRITICAL),
+                     nbytes=FRAME_OVERHEAD + 8 * params.size)
 
 
 class Simulator:

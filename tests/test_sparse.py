@@ -1,0 +1,107 @@
+"""Sparse push/pull decisions without MPI: frame choice, packing, and the keys a reply carries."""
+import numpy as np
+import pytest
+
+from mpikanel.budget import Budget
+from mpikanel.engine.server_core import Push, ServerCore
+from mpikanel.sparse import KeyLog, ReplyKeys, capacity, effective_mode, pack, unpack, use_sparse
+from mpikanel.sync import make_policy
+
+
+def test_auto_goes_sparse_only_where_keys_and_values_are_smaller_than_the_range():
+    assert use_sparse("auto", 49, 100) and not use_sparse("auto", 50, 100)
+    assert use_sparse("sparse", 100, 100) and not use_sparse("dense", 0, 100)
+    assert capacity("sparse", 10) == 20 and capacity("auto", 10) == 10
+    assert effective_mode("auto", sparse_data=False) == "dense"
+    assert effective_mode("auto", sparse_data=True) == "auto"
+    assert effective_mode("sparse", sparse_data=False) == "sparse"
+    with pytest.raises(ValueError, match="push mode"):
+        effective_mode("csr", True)
+
+
+def test_pack_and_unpack_round_trip_keys_and_values_exactly():
+    payload = np.zeros(8)
+    keys, values = np.array([0, 5, 2**40]), np.array([-0.0, 1e-300, np.pi])
+    pack(payload, keys, values)
+    k, v = unpack(payload, 3)
+    assert k.tolist() == keys.tolist() and v.tobytes() == values.tobytes()
+
+
+def test_key_log_gives_keys_changed_after_a_version_and_none_when_it_cannot_know():
+    log = KeyLog(100, version=3)
+    log.record(4, np.array([1, 7]))
+    log.record(5, np.array([7, 9]))
+    assert log.since(3).tolist() == [1, 7, 9]
+    assert log.since(4).tolist() == [7, 9]
+    assert log.since(5).tolist() == []
+    assert log.since(2) is None                 # before the log began
+    log.record(6, None)                         # a dense apply: every key changed
+    assert log.since(5) is None and log.since(6).tolist() == []
+    small = KeyLog(100, limit=3)
+    small.record(1, np.array([1, 2]))
+    small.record(2, np.array([3, 4]))           # 4 keys > limit: version 1's entry goes
+    assert small.since(0) is None and small.since(1).tolist() == [3, 4]
+
+
+def test_key_log_keeps_its_own_copy_of_keys_read_from_a_frame():
+    frame = np.array([1, 2, 3])
+    log = KeyLog(10)
+    log.record(1, frame)
+    frame[:] = 9                                # the next push overwrites the frame
+    assert log.since(0).tolist() == [1, 2, 3]
+
+
+@pytest.mark.parametrize("limit", [None, 12])
+def test_workers_pulling_only_changed_keys_hold_exactly_the_server_parameters(limit):
+    """Random sparse and dense pushes from 4 workers in random order: after every reply the
+    worker's copy, updated at the reply's keys only, equals the server's parameters bitwise."""
+    rng = np.random.default_rng(7)
+    n, nw = 60, 4
+    server = rng.standard_normal(n)
+    copies = [server.copy() for _ in range(nw)]
+    replies = ReplyKeys("auto", n, nw)
+    replies.log.limit = limit if limit is not None else n
+    version = sparse_replies = 0
+    for _ in range(400):
+        w = int(rng.integers(nw))
+        for _ in range(int(rng.integers(0, 3))):        # other workers' pushes land first
+            version += 1
+            if rng.random() < 0.05:
+                server += rng.standard_normal(n)
+                replies.applied(version, None)
+            else:
+                keys = np.unique(rng.integers(0, n, int(rng.integers(1, 6))))
+                server[keys] += rng.standard_normal(keys.size)
+                replies.applied(version, keys)
+        keys = replies.reply(w, version)
+        if keys is None:
+            copies[w][:] = server
+        else:
+            copies[w][keys] = server[keys]
+            sparse_replies += 1
+        assert copies[w].tobytes() == server.tobytes()
+    assert sparse_replies > 100
+
+
+def _core(mode: str, params: np.ndarray) -> ServerCore:
+    core = ServerCore(params, make_policy("bsp"), 2, Budget(2, None, 1), push_mode=mode)
+    core.start(0.0)
+    return core
+
+
+def test_bsp_core_sums_sparse_pushes_as_it_sums_the_same_pushes_dense():
+    rng = np.random.default_rng(1)
+    dense, sparse = _core("dense", np.zeros(50)), _core("auto", np.zeros(50))
+    for clock in range(1, 6):
+        for w in (1, 0):
+            keys = np.unique(rng.integers(0, 50, 6))
+            values = rng.standard_normal(keys.size)
+            full = np.zeros(50)
+            full[keys] = values
+            dense.on_push(Push(w, clock, 1, 1, clock - 1, 0.01, delta=full), 0.0)
+            sparse.on_push(Push(w, clock, 1, 1, clock - 1, 0.01, delta=values, keys=keys), 0.0)
+        a_dense, a_sparse = dense.release(0.0), sparse.release(0.0)
+        assert [a.keys for a in a_dense] == [None, None]
+        # each worker's reply carries both workers' keys: what changed since its last reply
+        assert all(a.keys is not None and a.keys.size <= 12 for a in a_sparse)
+    assert dense.params.tobytes() == sparse.params.tobytes()
