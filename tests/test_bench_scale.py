@@ -5,7 +5,8 @@ from mpikanel.bench.scale import format_table, row
 def summary(k, busy, held, loss):
     return {"server_ranks": [{"bytes_received": 800 // k * 10, "busy_us_per_push": busy * (1 + i), "peak_rss_mb": 100.0}
                              for i in range(k)],
-            "deltas_sent": 10, "workers": 4, "n_params": 100, "wall_s": 1.0, "pushes_per_s": 10.0,
+            "deltas_sent": 10, "push": "auto", "bytes_per_push": 1500.0, "bytes_sent": 15000,
+            "bytes_received": 25000, "workers": 4, "n_params": 100, "wall_s": 1.0, "pushes_per_s": 10.0,
             "test_loss": loss, "test_accuracy": 0.5, "time_to_target_s": held, "target_loss": 0.6,
             "delta_sum_rel_error": 0.0, "load_avg_after": 1.0}
 
@@ -17,7 +18,8 @@ def test_rows_are_per_server_and_the_table_takes_medians_and_the_busiest_server(
     assert rows[1]["busy_us_per_push"] == [300, 600]
     table = format_table(rows)
     # busiest server's busy time, median over seeds: 200, 400, 600 -> 400; held 2.00; loss 0.6
-    assert "| w | bsp | 2 | 10 | 0.00 | 400 | 100 | 2.00 | 0.6000 |" in table
+    # push kB 1.5 and reply kB 2.5 (25000 bytes over 10 pushes)
+    assert "| w | bsp | auto | 2 | 10 | 1.5 | 2.5 | 0.00 | 400 | 100 | 2.00 | 0.6000 |" in table
 
 
 def test_a_run_that_never_held_the_target_is_counted_not_hidden():

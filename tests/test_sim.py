@@ -182,3 +182,17 @@ def test_several_servers_divide_the_servers_bytes_and_keep_bsp_bitwise():
     assert four["wall_s"] < one["wall_s"]
     with pytest.raises(InputError, match="every server must own at least one"):
         simulate(make_config({**SMALL, "servers": 10**6}), SimOptions(2, step_time=STEP))
+
+
+@pytest.mark.parametrize("sync", ["bsp", "asp"])
+def test_sparse_frames_move_fewer_bytes_and_bsp_stays_bitwise(sync):
+    cfg = {"model": "logistic", "data": "synthetic-sparse", "synthetic_features": 50000, "synthetic_rows": 8000,
+           "epochs": 1, "lr": 0.1, "l2": 0.0, "sync": sync, "quiet": True, "progress": "off"}
+    opts = SimOptions(16, step_time=STEP)
+    dense, sparse = (simulate(make_config({**cfg, "push": push}), opts) for push in ("dense", "auto"))
+    assert dense["push"] == "dense" and sparse["push"] == "auto"
+    assert sparse["bytes_per_push"] < dense["bytes_per_push"] / 10
+    assert sparse["bytes_received"] < dense["bytes_received"] / 2
+    assert sparse["delta_sum_rel_error"] < 1e-9 and sparse["samples"] == sparse["samples_budget"]
+    if sync == "bsp":
+        assert sparse["params_sha256"] == dense["params_sha256"]

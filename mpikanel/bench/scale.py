@@ -11,9 +11,10 @@ import sys
 import tempfile
 from pathlib import Path
 
+from ..sparse import PUSH_MODES
 from .launch import find_mpiexec, have_mpiexec, rank_env
 
-#: name -> (train flags, what it is); both push dense frames (sparse push/pull is not built yet)
+#: name -> (train flags, what it is); --push applies to the sparse one (a dense model keeps dense frames)
 WORKLOADS: dict[str, tuple[list[str], str]] = {
     "sparse-1m": (["--model", "logistic", "--data", "synthetic-sparse", "--synthetic-features", "1000000",
                    "--sparse-nnz", "50", "--synthetic-rows", "20000", "--batch-size", "64", "--lr", "0.25",
@@ -30,6 +31,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--workloads", nargs="+", default=list(WORKLOADS), choices=list(WORKLOADS))
     parser.add_argument("--servers", type=int, nargs="+", default=[1, 2, 4], help="server ranks K")
     parser.add_argument("--workers", type=int, default=4, help="worker ranks")
+    parser.add_argument("--push", nargs="+", default=["dense", "auto"], choices=PUSH_MODES,
+                        help="push/pull frames compared on sparse workloads (the first sets the target)")
     parser.add_argument("--sync", nargs="+", default=["asp", "bsp"], help="sync models")
     parser.add_argument("--epochs", type=int, default=1)
     parser.add_argument("--seeds", type=int, nargs="+", default=[0])
@@ -54,7 +57,8 @@ def row(workload: str, k: int, sync: str, seed: int, s: dict) -> dict:
     """The figures of one run."""
     servers = s["server_ranks"]
     pushes = max(1, s["deltas_sent"])
-    return {"workload": workload, "servers": k, "sync": sync, "seed": seed, "workers": s["workers"],
+    return {"workload": workload, "servers": k, "sync": sync, "push": s["push"], "seed": seed, "workers": s["workers"],
+            "bytes_per_push": s["bytes_per_push"], "bytes_per_reply": s["bytes_received"] / pushes,
             "n_params": s["n_params"], "wall_s": s["wall_s"], "pushes": s["deltas_sent"],
             "pushes_per_s": s["pushes_per_s"],
             "bytes_per_push_per_server": [r["bytes_received"] / pushes for r in servers],
@@ -71,16 +75,18 @@ def _mid(values: list[float]) -> float:
 
 def format_table(rows: list[dict]) -> str:
     """One line per workload, sync model and K: medians over seeds."""
-    out = ["| workload | sync | K | pushes/s | MB/push per server | busy µs/push per server (max) | "
-           "server peak RSS MiB (max) | held time to target s | final test loss |",
-           "|---|---|---|---|---|---|---|---|---|"]
-    keys = sorted({(r["workload"], r["sync"], r["servers"]) for r in rows}, key=lambda t: (t[0], t[1], t[2]))
-    for wl, sync, k in keys:
-        rs = [r for r in rows if (r["workload"], r["sync"], r["servers"]) == (wl, sync, k)]
+    out = ["| workload | sync | push | K | pushes/s | kB/push | kB/reply | MB/push per server | "
+           "busy µs/push per server (max) | server peak RSS MiB (max) | held time to target s | final test loss |",
+           "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    keys = sorted({(r["workload"], r["sync"], r["push"], r["servers"]) for r in rows})
+    for wl, sync, push, k in keys:
+        rs = [r for r in rows if (r["workload"], r["sync"], r["push"], r["servers"]) == (wl, sync, push, k)]
         held = [r["time_to_target_s"] for r in rs]
         held_txt = f"{_mid(held):.2f}" if all(h is not None for h in held) else \
             f"not held in {sum(h is None for h in held)}/{len(held)}"
-        out.append(f"| {wl} | {sync} | {k} | {_mid([r['pushes_per_s'] for r in rs]):.0f} | "
+        out.append(f"| {wl} | {sync} | {push} | {k} | {_mid([r['pushes_per_s'] for r in rs]):.0f} | "
+                   f"{_mid([r['bytes_per_push'] for r in rs]) / 1e3:.1f} | "
+                   f"{_mid([r['bytes_per_reply'] for r in rs]) / 1e3:.1f} | "
                    f"{_mid([max(r['bytes_per_push_per_server']) for r in rs]) / 2**20:.2f} | "
                    f"{_mid([max(r['busy_us_per_push']) for r in rs]):.0f} | "
                    f"{_mid([max(r['peak_rss_mb']) for r in rs]):.0f} | {held_txt} | "
@@ -97,27 +103,29 @@ def run(args: argparse.Namespace) -> int:
         flags, _ = WORKLOADS[wl]
         target = args.target_loss[i] if args.target_loss else None
         order = sorted(args.servers, key=lambda k: (k != 1, k))      # K = 1 first: it sets the target
-        for sync in sorted(args.sync, key=lambda m: m != "bsp"):
-            for k in order:
-                for seed in args.seeds:
-                    cmd = ["-n", str(k + args.workers), "--servers", str(k), "--sync", sync, "--seed", str(seed),
-                           "--epochs", str(args.epochs), *flags]
-                    if target is not None:
-                        cmd += ["--target-loss", str(target)]
-                    try:
-                        s = _run(cmd, args.timeout)
-                    except (RuntimeError, subprocess.TimeoutExpired) as exc:
-                        print(f"mpikanel bench: {wl} {sync} K={k} seed {seed} failed: {exc}", file=sys.stderr)
-                        failed += 1
-                        continue
-                    if target is None and sync == "bsp" and k == 1:
-                        target = round(1.05 * s["test_loss"], 4)
-                        s = _run(cmd + ["--target-loss", str(target)], args.timeout)
-                    rows.append(row(wl, k, sync, seed, s))
-                    r = rows[-1]
-                    print(f"  {wl} {sync} K={k} seed {seed}: {r['pushes_per_s']:.0f} pushes/s, "
-                          f"busy {max(r['busy_us_per_push']):.0f} us/push, loss {r['test_loss']:.4f}",
-                          file=sys.stderr, flush=True)
+        pushes = args.push if "synthetic-sparse" in flags else ["dense"]
+        cases = [(sync, push, k) for sync in sorted(args.sync, key=lambda m: m != "bsp")
+                 for push in pushes for k in order]
+        for sync, push, k in cases:
+            for seed in args.seeds:
+                cmd = ["-n", str(k + args.workers), "--servers", str(k), "--sync", sync, "--seed", str(seed),
+                       "--push", push, "--epochs", str(args.epochs), *flags]
+                if target is not None:
+                    cmd += ["--target-loss", str(target)]
+                try:
+                    s = _run(cmd, args.timeout)
+                except (RuntimeError, subprocess.TimeoutExpired) as exc:
+                    print(f"mpikanel bench: {wl} {sync} {push} K={k} seed {seed} failed: {exc}", file=sys.stderr)
+                    failed += 1
+                    continue
+                if target is None:          # the first case (BSP, K = 1, the first push mode)
+                    target = round(1.05 * s["test_loss"], 4)
+                    s = _run(cmd + ["--target-loss", str(target)], args.timeout)
+                rows.append(row(wl, k, sync, seed, s))
+                r = rows[-1]
+                print(f"  {wl} {sync} {push} K={k} seed {seed}: {r['pushes_per_s']:.0f} pushes/s, "
+                      f"busy {max(r['busy_us_per_push']):.0f} us/push, loss {r['test_loss']:.4f}",
+                      file=sys.stderr, flush=True)
     table = format_table(rows)
     print(table)
     if args.out:

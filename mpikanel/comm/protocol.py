@@ -6,7 +6,9 @@ A frame is one contiguous byte buffer sent as ``MPI.BYTE``:
 
 Integer fields live in their own int64 section so clocks and counts stay exact
 (a float32 frame is exact only to 2**24). The buffer is preallocated once per peer
-and reused; numpy views give typed access without copies.
+and reused; numpy views give typed access without copies. A frame with the SPARSE flag
+carries ``int64 keys x NNZ | float64 values x NNZ`` as its payload instead of the whole
+range (mpikanel.sparse), and is sent only as long as it is.
 """
 from __future__ import annotations
 

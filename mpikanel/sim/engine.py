@@ -23,6 +23,7 @@ from ..comm.protocol import PAYLOAD_OFFSET
 from ..engine.server_core import Answer, ProbeReply, Push, ServerCore
 from ..engine.worker_core import PROBE_WAIT, WAIT, ProbeAnswer, Reply
 from ..hetero import Injector, ServerDelay
+from ..sparse import payload_nbytes, use_sparse
 from .models import NetworkModel, ServerModel
 
 FRAME_OVERHEAD = PAYLOAD_OFFSET      # header + meta bytes of a frame (comm.protocol: no mpi4py there)
@@ -43,9 +44,11 @@ class SimStats:
 class SimClient:
     """A worker's exchanger on the virtual clock (WorkerClient's non-blocking interface)."""
 
-    def __init__(self, sim: "Simulator", w: int, n_params: int) -> None:
+    def __init__(self, sim: "Simulator", w: int, n_params: int, push_mode: str = "dense") -> None:
         self.sim, self.w = sim, w
         self.delta = np.zeros(n_params)
+        self.push_mode = push_mode
+        self._keys: np.ndarray | None = None    # the push's keys when it goes sparse
         self.ready: Reply | None = None
         self.pending = False
         self.waiting_since: float | None = None
@@ -59,8 +62,14 @@ class SimClient:
         self.stop_requested = lambda: False
 
     def pack(self) -> int:
-        """The payload bytes of a push (the simulator sends dense frames)."""
-        return 8 * self.delta.size
+        """Choose the push's frame as WorkerClient does (one decision for all servers); its payload bytes."""
+        self._keys = None
+        if self.push_mode != "dense":
+            keys = np.flatnonzero(self.delta)
+            if use_sparse(self.push_mode, keys.size, self.delta.size):
+                self._keys = keys
+        nnz = 0 if self._keys is None else self._keys.size
+        return payload_nbytes(self._keys is not None, nnz, self.delta.size)
 
     def start(self, clock: int, steps: int, step_s: float, last: bool, has_delta: bool = True,
               base_version: int = 0, rtt_s: float = 0.0, delay_s: float = 0.0, samples: int = 0,
@@ -69,10 +78,12 @@ class SimClient:
         if self.pending:
             raise RuntimeError("exchange already in flight")
         self.pending, self._last, self._t_sent = True, last, self.sim.now
+        keys = self._keys
+        delta = self.delta if keys is None else self.delta[keys]
         push = Push(self.w, clock, steps, samples, base_version, step_s, last=last,
-                    delta=self.delta if has_delta else None)
-        nbytes = FRAME_OVERHEAD + 8 * self.delta.size
-        self.sim.at(self.sim.now + delay_s + self.sim.network.transfer_s(nbytes), self.sim.push_arrives, push)
+                    delta=delta if has_delta else None, keys=keys)
+        nbytes = FRAME_OVERHEAD + payload_nbytes(keys is not None, 0 if keys is None else keys.size, self.delta.size)
+        self.sim.at(self.sim.now + delay_s + self.sim.network.transfer_s(nbytes), self.sim.push_arrives, push, nbytes)
 
     def test(self) -> Reply | None:
         """The reply if it has arrived by now."""
@@ -104,8 +115,8 @@ class SimClient:
     def send_state(self, state: dict) -> None:
         """Checkpoints are off in the simulator."""
 
-    def arrive(self, a: Answer, params: np.ndarray) -> Reply:
-        """Build the Reply of an answer arriving now."""
+    def arrive(self, a: Answer, params: np.ndarray, nbytes: int) -> Reply:
+        """Build the Reply of an answer arriving now (params: the values at a.keys, if sparse)."""
         from ..comm.protocol import Flag
 
         self._landed = self.sim.now
@@ -113,7 +124,7 @@ class SimClient:
                      update_norm=a.update_norm,
                      lease=a.lease, finish=bool(a.flags & Flag.FINISH), last=self._last,
                      checkpoint=False, stop=False, critical=bool(a.flags & Flag.CRITICAL),
-                     nbytes=FRAME_OVERHEAD + 8 * params.size)
+                     keys=a.keys, nbytes=nbytes)
 
 
 class Simulator:
@@ -199,9 +210,9 @@ class Simulator:
             self.at(self.now + base + slow, self._advance, w, (base, slow))
             return
 
-    def _reply_arrives(self, w: int, a: Answer, params: np.ndarray) -> None:
+    def _reply_arrives(self, w: int, a: Answer, params: np.ndarray, nbytes: int) -> None:
         client = self.clients[w]
-        reply = client.arrive(a, params)
+        reply = client.arrive(a, params, nbytes)
         self.stats.replies += 1
         if client.waiting_since is not None:
             reply.blocked_s = self.now - client.waiting_since
@@ -232,9 +243,9 @@ class Simulator:
         p = self.core.probe(w, self._queued)
         self.at(self.now + self.network.transfer_s(PAYLOAD_OFFSET), self._probe_answer_arrives, w, p)
 
-    def push_arrives(self, push: Push) -> None:
-        """A push reached the server: queue it behind what the server is doing."""
-        service = self.server.push_service_s(self._share_nbytes())
+    def push_arrives(self, push: Push, nbytes: int) -> None:
+        """A push of `nbytes` reached the server: queue it behind what the server is doing."""
+        service = self.server.push_service_s(self._share(nbytes))
         if self.service is not None:
             service += self.service.draw(self.stats.pushes)
             self.core.stats.service_s += service
@@ -245,31 +256,32 @@ class Simulator:
         self._server_free = start + service
         self.stats.server_busy_s += service
         self._ends.append(self._server_free)
-        self.at(self._server_free, self._serve, push, service)
+        self.at(self._server_free, self._serve, push, service, nbytes)
 
-    def _serve(self, push: Push, service: float) -> None:
+    def _serve(self, push: Push, service: float, nbytes: int) -> None:
         core = self.core
         self._queued -= 1
         self._ends.popleft()
         core.on_push(push, self.now)
-        core.observe_service(service, self._share_nbytes(), self.now)
+        core.observe_service(service, self._share(nbytes), self.now)
         answers = core.release(self.now)
         if not answers:
             return
         params = self._params()
-        nbytes = FRAME_OVERHEAD + 8 * params.size     # what reaches the worker over its link
-        send = self.server.reply_s(self._share_nbytes())
         hop = self.network.transfer_s(FRAME_OVERHEAD) if self.servers > 1 else 0.0    # the CONTROL op
         t = max(self.now, self._server_free)
         for a in answers:
-            t += send
-            self.at(t + hop + self.network.transfer_s(nbytes), self._reply_arrives, a.w, a, params)
+            # what reaches the worker over its link: the whole vector, or the keys changed since its last
+            values = params if a.keys is None else params[a.keys]
+            out = FRAME_OVERHEAD + payload_nbytes(a.keys is not None, values.size, params.size)
+            t += self.server.reply_s(self._share(out))
+            self.at(t + hop + self.network.transfer_s(out), self._reply_arrives, a.w, a, values, out)
         self.stats.server_busy_s += t - max(self.now, self._server_free)
         self._server_free = t
 
-    def _share_nbytes(self) -> int:
-        """Bytes of one push or reply message a server handles: its range of the frame."""
-        return FRAME_OVERHEAD + -(-8 * self.core.params.size // self.servers)
+    def _share(self, nbytes: int) -> int:
+        """Bytes of a push or reply message of `nbytes` that one server handles: its share of the payload."""
+        return FRAME_OVERHEAD + -(-(nbytes - FRAME_OVERHEAD) // self.servers)
 
     def _params(self) -> np.ndarray:
         """One read-only snapshot of the parameters per version, shared by every reply at it."""

@@ -14,6 +14,7 @@ from ..config import TrainConfig
 from ..data import load_rows, load_test, shard_range
 from ..engine.server_core import ServerCore
 from ..servermap import ServerMap
+from ..sparse import effective_mode
 from ..engine.worker_core import StepPlan, worker_core
 from ..budget import fair_steps
 from ..errors import InputError
@@ -58,8 +59,9 @@ def simulate(config: TrainConfig, opts: SimOptions) -> dict:
     plan = StepPlan(config.epochs, config.batch_size, config.lr, config.l2, info.n_classes, config.max_steps,
                     lease=budget.initial_lease() if config.budget == "shared" else None)
     n_params = model.n_params(info.n_features, info.n_classes)
+    push_mode = effective_mode(config.push, shards[0].sparse)
     s = Setup(config, info, model, n_params, plan, None, test, val, train_rows=train_rows,
-              servers=ServerMap(n_params, config.servers))
+              servers=ServerMap(n_params, config.servers), push_mode=push_mode)
     params = np.ascontiguousarray(model.init(n_params, info.n_features, info.n_classes,
                                              np.random.default_rng([config.seed, 12345])), dtype=np.float64)
     initial = params.copy()
@@ -67,7 +69,7 @@ def simulate(config: TrainConfig, opts: SimOptions) -> dict:
 
     recorder = SnapshotRecorder(config.snapshot_interval)
     policy = policy_for(config, n)
-    core = ServerCore(params, policy, n, budget, recorder)
+    core = ServerCore(params, policy, n, budget, recorder, push_mode=push_mode)
     injected = hetero_spec(config)
     if opts.replay:     # replayed step times already hold the slowdown and pauses the real run saw
         injected = dataclasses.replace(injected, slowdown=None, pause_prob=0.0, pause_s=0.0)
@@ -78,7 +80,7 @@ def simulate(config: TrainConfig, opts: SimOptions) -> dict:
                     clock=time.perf_counter, servers=config.servers)
     schedule = schedule_for(config, n)
     for w in range(n):
-        client = SimClient(sim, w, n_params)
+        client = SimClient(sim, w, n_params, push_mode)
         sim.clients.append(client)
         rng = np.random.default_rng([config.seed, w + 1])
         sim.gens.append(worker_core(client, shards[w], params, plan, rng, w + 1, injectors[w], schedule))
