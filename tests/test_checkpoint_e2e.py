@@ -13,7 +13,7 @@ from launch import clean_env, mpiexec, run_train
 from test_train_e2e import assert_no_lost_work, kill_rank, rank_pids
 
 RUN = ["--synthetic-rows", "20000", "--epochs", "2"]
-LONG = ["--synthetic-rows", "100000", "--epochs", "10", "--progress", "off"]   # ~10 s of training
+LONG = ["--synthetic-rows", "100000", "--epochs", "6", "--progress", "off"]   # ~6 s of training
 LONG_PER_WORKER = [*LONG, "--budget", "per-worker"]
 
 
@@ -112,7 +112,7 @@ def wait_mpi_started(proc, n, timeout=90):
 def test_ctrl_c_without_checkpoints_is_one_line_and_exit_130(tmp_path):
     proc = start(4, *LONG)
     wait_mpi_started(proc, 4)
-    time.sleep(1.0)                 # set-up or training (10 epochs take far longer): both must end so
+    time.sleep(1.0)                 # set-up or training (6 epochs take far longer): both must end so
     assert proc.poll() is None, proc.stderr.read()
     signal_ranks(proc, signal.SIGINT, 4)
     rc, _, err = finish(proc)
@@ -151,7 +151,8 @@ def test_sigkill_ends_job_and_latest_checkpoint_resumes(victim, tmp_path):
     t0 = time.time()
     rc, _, _ = finish(proc, timeout=30)
     assert rc != 0 and time.time() - t0 < 30
-    proc, s = run_train(4, *LONG[:2], "--epochs", "11", "--checkpoint-dir", str(ck), "--resume", "latest",
+    proc, s = run_train(4, *LONG[:2], "--epochs", str(int(LONG[3]) + 1), "--checkpoint-dir", str(ck),
+                        "--resume", "latest",
                         tmp_path=tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert s["resumed_from"] and s["test_accuracy"] > 0.85

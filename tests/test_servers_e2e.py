@@ -54,7 +54,7 @@ def check_sparse_frames(s):
 def test_sparse_frames_give_bitwise_the_dense_model_on_one_two_and_three_servers(tmp_path):
     runs = {}
     for k, push in ((1, "dense"), (2, "auto"), (3, "sparse")):
-        proc, s = run_train(3 + k, "--servers", str(k), "--push", push, "--sync", "bsp", "--synthetic-rows", "10000",
+        proc, s = run_train(3 + k, "--servers", str(k), "--push", push, "--sync", "bsp", "--synthetic-rows", "6000",
                             "--epochs", "2", *SPARSE,
                             tmp_path=tmp_path)
         assert proc.returncode == 0, proc.stderr

@@ -20,6 +20,10 @@ WORKLOADS: dict[str, tuple[list[str], str]] = {
                    "--sparse-nnz", "50", "--synthetic-rows", "20000", "--batch-size", "64", "--lr", "0.25",
                    "--l2", "0"],
                   "logistic, synthetic-sparse 1M features (~50 nnz/row): 1M parameters"),
+    "sparse-10m": (["--model", "logistic", "--data", "synthetic-sparse", "--synthetic-features", "10000000",
+                    "--sparse-nnz", "50", "--synthetic-rows", "20000", "--batch-size", "64", "--lr", "0.25",
+                    "--l2", "0"],
+                   "logistic, synthetic-sparse 10M features (~50 nnz/row): 10M parameters"),
     "dense-10k": (["--model", "softmax", "--data", "synthetic", "--synthetic-features", "1000",
                    "--synthetic-rows", "20000", "--batch-size", "64", "--lr", "0.4"],
                   "softmax, dense synthetic 1000 features x 10 classes: 10k parameters"),
@@ -28,7 +32,7 @@ WORKLOADS: dict[str, tuple[list[str], str]] = {
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Flags of the scale benchmark."""
-    parser.add_argument("--workloads", nargs="+", default=list(WORKLOADS), choices=list(WORKLOADS))
+    parser.add_argument("--workloads", nargs="+", default=["sparse-1m", "dense-10k"], choices=list(WORKLOADS))
     parser.add_argument("--servers", type=int, nargs="+", default=[1, 2, 4], help="server ranks K")
     parser.add_argument("--workers", type=int, default=4, help="worker ranks")
     parser.add_argument("--push", nargs="+", default=["dense", "auto"], choices=PUSH_MODES,
