@@ -105,3 +105,34 @@ def test_bsp_core_sums_sparse_pushes_as_it_sums_the_same_pushes_dense():
         # each worker's reply carries both workers' keys: what changed since its last reply
         assert all(a.keys is not None and a.keys.size <= 12 for a in a_sparse)
     assert dense.params.tobytes() == sparse.params.tobytes()
+
+
+@pytest.mark.parametrize("name,classes", [("logistic", 2), ("softmax", 4), ("svm", 3)])
+def test_tracked_keys_cover_every_key_a_csr_step_changes(name, classes):
+    from mpikanel.engine.key_tracker import KeyTracker
+    from mpikanel.kernels import CSR, bind, get_model
+
+    rng = np.random.default_rng(3)
+    rows, d = 40, 300
+    lengths = rng.integers(1, 6, rows)
+    indptr = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+    indices = np.concatenate([np.sort(rng.choice(d, n, replace=False)) for n in lengths]).astype(np.int32)
+    X = CSR(indptr, indices, rng.random(indptr[-1]).astype(np.float32), (rows, d))
+    model = get_model(name)
+    data = bind(model, X, rng.integers(0, classes, rows).astype(np.int32), classes)
+    n = model.n_params(d, classes)
+    w = rng.standard_normal(n) * 0.1
+    tracker = KeyTracker(data, n)
+    assert KeyTracker.usable(data, 0.0, "auto")
+    assert not KeyTracker.usable(data, 1e-4, "auto") and not KeyTracker.usable(data, 0.0, "dense")
+    scratch = data.scratch()
+    before = w.copy()
+    for _ in range(3):
+        idx = rng.choice(rows, 8, replace=False).astype(np.int64)
+        data.step(w, idx, 0.5, 0.0, scratch)
+        tracker.add_rows(idx)
+    changed = np.flatnonzero(w != before)
+    keys = tracker.take()
+    assert changed.size > 0 and np.isin(changed, keys).all()
+    assert np.array_equal(keys, np.unique(keys)) and keys.size < n / 4
+    assert tracker.take().size == 0 and not tracker.mark.any()

@@ -6,7 +6,8 @@ idle server yields the CPU under MPICH heavy-yield), decodes them, and ``Isend``
 answers, re-arming the receives. A reply is one message of the frame layout, sent without a copy
 per worker: an hindexed datatype joins the worker's small header block and a read-only snapshot
 of the parameters that every reply at the same version shares (:class:`ReplySnapshots`), so the
-server holds a few parameter copies, not one per worker. With ``probes`` (ESP)
+server holds a few parameter copies, not one per worker; a sparse reply (``--push``) joins the
+header, the keys the core chose and their values instead (:class:`Traffic`). With ``probes`` (ESP)
 it also keeps one persistent receive per worker for header-only PROBE frames and answers each
 at once, before the pushes that arrived with it (so a probe also sees them queued).
 

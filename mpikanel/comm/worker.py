@@ -9,7 +9,7 @@ from mpi4py import MPI
 
 from ..engine.worker_core import ProbeAnswer, Reply
 from ..servermap import ServerMap
-from ..sparse import capacity, pack, use_sparse
+from ..sparse import capacity, pack, payload_nbytes, use_sparse
 from .protocol import PAYLOAD_OFFSET, Flag, Frame, H, M, Tag
 
 SERVER = 0      # decides for all servers: replies' headers, probes and resumable states go to it
@@ -85,15 +85,37 @@ class PackedFrames:
         for k, (f, r) in enumerate(zip(self.frames, self.ranges)):
             part = self.payload[r]
             keys = np.flatnonzero(part)
-            if use_sparse(self.mode, keys.size, part.size):
+            sparse = use_sparse(self.mode, keys.size, part.size)
+            if sparse:
                 pack(f.payload, keys, part[keys])
-                self.nnz[k] = keys.size
             else:
                 f.payload[:part.size] = part
-                self.nnz[k] = -1
-            self.counts[k] = PAYLOAD_OFFSET + (16 * keys.size if self.nnz[k] >= 0 else 8 * part.size)
-            total += self.counts[k] - PAYLOAD_OFFSET
+            total += self._framed(k, sparse, keys.size, part.size)
         return total
+
+    def pack_keys(self, keys: np.ndarray, values: np.ndarray) -> int:
+        """Frame a delta given as sorted global keys and values (zero elsewhere) without reading the
+        payload; returns the payload bytes to send."""
+        total = 0
+        cuts = np.searchsorted(keys, [r.start for r in self.ranges] + [self.ranges[-1].stop])
+        for k, (f, r) in enumerate(zip(self.frames, self.ranges)):
+            sub, vals = keys[cuts[k]:cuts[k + 1]] - r.start, values[cuts[k]:cuts[k + 1]]
+            n = r.stop - r.start
+            sparse = use_sparse(self.mode, sub.size, n)
+            if sparse:
+                pack(f.payload, sub, vals)
+            else:
+                f.payload[:n] = 0.0
+                f.payload[sub] = vals
+            total += self._framed(k, sparse, sub.size, n)
+        return total
+
+    def _framed(self, k: int, sparse: bool, nnz: int, n: int) -> int:
+        """Frame k holds nnz keys (sparse) or its whole range of n: note its size; its payload bytes."""
+        self.nnz[k] = nnz if sparse else -1
+        nbytes = payload_nbytes(sparse, nnz, n)
+        self.counts[k] = PAYLOAD_OFFSET + nbytes
+        return nbytes
 
     def copy_header(self) -> None:
         """Give every server the header filled in for server 0, each with its own SPARSE and NNZ."""
@@ -211,6 +233,7 @@ class WorkerClient:
         else:
             out, inp = PackedFrames(n_params, smap, push_mode), PackedFrames(n_params, smap, push_mode)
         self._ex = _Flight(comm, out, inp, Tag.PUSH, Tag.REPLY)
+        self.push_mode = push_mode
         self._pr = _Flight(comm, Frame.allocate(0), Frame.allocate(0), Tag.PROBE, Tag.PROBE_REPLY)
         self.out, self.inp = self._ex.out, self._ex.inp
         self._last = False
@@ -234,6 +257,10 @@ class WorkerClient:
     def pack(self) -> int:
         """Frame the delta for sending (sparse where smaller); the payload bytes it will send."""
         return self.out.pack()
+
+    def pack_keys(self, keys: np.ndarray, values: np.ndarray) -> int:
+        """Frame a delta given as sorted keys and values (sparse frames only); the payload bytes."""
+        return self.out.pack_keys(keys, values)
 
     @property
     def pending(self) -> bool:

@@ -31,6 +31,7 @@ from ..errors import TrainingError
 from ..hetero import Injector
 from ..kernels import BoundModel
 from ..sync.schedule import Action, Schedule, WorkerState
+from .key_tracker import KeyTracker
 
 RTT_EWMA_ALPHA = 0.3
 #: bytes of a probe (header and meta, no payload): what an injected link delay is charged for it
@@ -98,6 +99,8 @@ class Exchanger(Protocol):
     def delta(self) -> np.ndarray: ...
 
     def pack(self) -> int: ...
+
+    def pack_keys(self, keys: np.ndarray, values: np.ndarray) -> int: ...
 
     def start(self, clock: int, steps: int, step_s: float, last: bool, has_delta: bool = True,
               base_version: int = 0, rtt_s: float = 0.0, delay_s: float = 0.0, samples: int = 0,
@@ -258,24 +261,50 @@ class _Worker:
         self.finished = False         # the server said the work budget is spent
         self.allowance = UNLIMITED    # samples it may still process before the server renews its lease
         self.cursor: BatchCursor | None = None
+        # with a KeyTracker, pushes read only the keys steps changed; at_send then equals local
+        # wherever no step changed a key since the last push (push and merge keep it so)
+        self.tracker: KeyTracker | None = None
+
+    def track(self, tracker: KeyTracker) -> None:
+        """Push only the keys the tracker saw change (and any unsent work already in local)."""
+        self.tracker = tracker
+        tracker.add_keys(np.flatnonzero(self.local != self.base))
+        self.at_send[:] = self.local
+
+    def _frame_delta(self) -> int:
+        """Put every unsent step (local - base) in the client's frames; the payload bytes."""
+        tracker = self.tracker
+        if tracker is None:
+            delta = self.client.delta
+            np.subtract(self.local, self.base, out=delta)
+            self._check_finite(delta)
+            self.stats.produced += delta
+            self.at_send[:] = self.local
+            return self.client.pack()
+        keys = tracker.take()
+        values = self.local[keys] - self.base[keys]
+        self._check_finite(values)
+        self.at_send[keys] = self.local[keys]
+        nz = np.flatnonzero(values)
+        keys, values = keys[nz], values[nz]
+        self.stats.produced[keys] += values
+        return self.client.pack_keys(keys, values)
+
+    def _check_finite(self, delta: np.ndarray) -> None:
+        if not math.isfinite(float(delta.sum())):
+            raise TrainingError(f"worker rank {self.rank} produced non-finite parameters at step "
+                                f"{self.step} (learning rate too high?)")
 
     def push(self, last: bool, background: bool = False) -> None:
         """Start an exchange carrying every unsent step (local - base); ``background``: keep
         training while it is in flight."""
-        delta = self.client.delta
-        np.subtract(self.local, self.base, out=delta)
-        if not math.isfinite(float(delta.sum())):
-            raise TrainingError(f"worker rank {self.rank} produced non-finite parameters at step "
-                                f"{self.step} (learning rate too high?)")
-        self.stats.produced += delta
-        self.at_send[:] = self.local
+        nbytes = self._frame_delta()
         st = self.st
         # seconds per full minibatch: the budget's last partial batches must not look like a speed-up
         batch = self.cursor.plan.batch_size if self.cursor is not None else 0
         step_s = (st.unsent_compute_s * batch / st.unsent_samples if batch and st.unsent_samples
                   else st.unsent_compute_s / max(st.unsent_steps, 1))
         self.stats.pushes += 1
-        nbytes = self.client.pack()
         self.stats.bytes_sent += nbytes
         self.client.start(self.stats.pushes, st.unsent_steps, step_s, last,
                           base_version=self.base_version, rtt_s=st.rtt_ewma or 0.0,
@@ -318,12 +347,16 @@ class _Worker:
             self.local -= self.at_send
             self.local += reply.params
             self.base[:] = reply.params
+            if self.tracker is not None:
+                self.at_send[:] = self.local
         else:
             # only these keys moved on the server (every key this worker pushed is among them);
             # elsewhere at_send == base, so the dense merge would leave local as it is
             k = reply.keys
             self.local[k] = (self.local[k] - self.at_send[k]) + reply.params
             self.base[k] = reply.params
+            if self.tracker is not None:
+                self.at_send[k] = self.local[k]
         self.stats.bytes_received += reply.nbytes
         self.base_version = reply.version
         st, stats = self.st, self.stats
@@ -390,6 +423,9 @@ class _Worker:
 
     def unsent_norm(self) -> float:
         """Norm of the unsent delta (computed in the idle push buffer)."""
+        if self.tracker is not None:
+            k = self.tracker.current()
+            return float(np.linalg.norm(self.local[k] - self.base[k]))
         delta = self.client.delta
         np.subtract(self.local, self.base, out=delta)
         return float(np.linalg.norm(delta))
@@ -425,6 +461,8 @@ def worker_core(client: Exchanger, data: BoundModel, params: np.ndarray, plan: S
         w.restore(resume)
         if resume["state"]["finished"]:
             return w.local, stats
+    if KeyTracker.usable(data, plan.l2, getattr(client, "push_mode", "dense")):
+        w.track(KeyTracker(data, params.size))
     st = w.st
     while not (w.stopped or w.finished or cursor.done):
         if w.allowance <= 0:
@@ -487,6 +525,8 @@ def _step(w: _Worker, data: BoundModel, plan: StepPlan, idx: np.ndarray,
     w.step = w.cursor.step
     t0, c0 = time.perf_counter(), time.thread_time()
     data.step(w.local, idx, plan.rate_for(idx.size), plan.l2, scratch)
+    if w.tracker is not None:
+        w.tracker.add_rows(idx)
     compute, slow = yield Compute(time.perf_counter() - t0, time.thread_time() - c0, int(idx.size))
     st, stats = w.st, w.stats
     stats.steps += 1

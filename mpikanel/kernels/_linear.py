@@ -441,4 +441,27 @@ def linear_model(name: str, kind: int, description: str):
     return Model(name=name, min_classes=2, max_classes=None, n_params=multi_n_params,
                  scratch_size=multi_scratch_size, sgd_step=sgd_step, loss_sum=loss_sum, predict=predict,
                  sgd_step_csr=sgd_step_csr, loss_sum_csr=loss_sum_csr, predict_csr=predict_csr,
-                 description=description)
+                 description=description, csr_keys=True)
+
+
+@njit(cache=True, nogil=True)
+def mark_csr_keys(indptr, indices, idx, units, d, mark, keys, n):
+    """Append to keys[n:] the parameter keys the CSR rows idx touch in a linear layout (col * units
+    + u, then the units biases at d * units) that ``mark`` does not hold yet; mark them. Returns
+    the new count."""
+    for k in range(idx.shape[0]):
+        i = idx[k]
+        for p in range(indptr[i], indptr[i + 1]):
+            base = indices[p] * units
+            if not mark[base]:
+                for u in range(units):
+                    mark[base + u] = True
+                    keys[n] = base + u
+                    n += 1
+    for u in range(units):
+        b = d * units + u
+        if not mark[b]:
+            mark[b] = True
+            keys[n] = b
+            n += 1
+    return n

@@ -123,6 +123,9 @@ class Model:
     predict_csr: Callable | None = None  # predict_csr(w, indptr, indices, data, d, C) -> int32 array
     init: Callable[[int, int, int, np.random.Generator], np.ndarray] = _zeros_init
     configure: Callable[..., "Model"] = field(default=_no_hyper, repr=False)
+    # the CSR step without L2 changes only the keys of its rows' columns (col * U + u, linear layout)
+    # and the U biases: a worker can then track what it changed instead of scanning the vector
+    csr_keys: bool = False
     description: str = ""
 
     @property
@@ -193,6 +196,19 @@ class BoundModel:
                                     self.n_classes, scratch)
         else:
             self.model.sgd_step(w, X, self.y, idx, lr, l2, self.n_classes, scratch)
+
+    @property
+    def tracks_keys(self) -> bool:
+        """True when a step's changed keys follow from its rows (CSR rows, a csr_keys model)."""
+        return self.sparse and self.model.csr_keys
+
+    def mark_keys(self, idx: np.ndarray, mark: np.ndarray, keys: np.ndarray, n: int) -> int:
+        """Append the keys a step on rows idx changes (without L2) that ``mark`` lacks; the new count."""
+        from ._linear import mark_csr_keys
+
+        X = self.X
+        units = (mark.size) // (X.shape[1] + 1)
+        return int(mark_csr_keys(X.indptr, X.indices, idx, units, X.shape[1], mark, keys, n))
 
     def loss_sum(self, w: np.ndarray) -> float:
         """Sum of per-row losses (no L2 term)."""

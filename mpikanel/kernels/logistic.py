@@ -140,4 +140,5 @@ MODEL = Model(
     loss_sum_csr=loss_sum_csr,
     predict_csr=predict_csr,
     description="binary logistic regression",
+    csr_keys=True,
 )

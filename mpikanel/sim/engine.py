@@ -48,7 +48,8 @@ class SimClient:
         self.sim, self.w = sim, w
         self.delta = np.zeros(n_params)
         self.push_mode = push_mode
-        self._keys: np.ndarray | None = None    # the push's keys when it goes sparse
+        self._keys: np.ndarray | None = None    # the push's keys when it goes sparse, and their values
+        self._values: np.ndarray | None = None
         self.ready: Reply | None = None
         self.pending = False
         self.waiting_since: float | None = None
@@ -67,9 +68,18 @@ class SimClient:
         if self.push_mode != "dense":
             keys = np.flatnonzero(self.delta)
             if use_sparse(self.push_mode, keys.size, self.delta.size):
-                self._keys = keys
+                self._keys, self._values = keys, self.delta[keys]
         nnz = 0 if self._keys is None else self._keys.size
         return payload_nbytes(self._keys is not None, nnz, self.delta.size)
+
+    def pack_keys(self, keys: np.ndarray, values: np.ndarray) -> int:
+        """Frame a delta given as sorted keys and values (zero elsewhere); its payload bytes."""
+        self._keys, self._values = keys, values
+        if not use_sparse(self.push_mode, keys.size, self.delta.size):
+            self._keys = None
+            self.delta[:] = 0.0
+            self.delta[keys] = values
+        return payload_nbytes(self._keys is not None, keys.size, self.delta.size)
 
     def start(self, clock: int, steps: int, step_s: float, last: bool, has_delta: bool = True,
               base_version: int = 0, rtt_s: float = 0.0, delay_s: float = 0.0, samples: int = 0,
@@ -79,7 +89,7 @@ class SimClient:
             raise RuntimeError("exchange already in flight")
         self.pending, self._last, self._t_sent = True, last, self.sim.now
         keys = self._keys
-        delta = self.delta if keys is None else self.delta[keys]
+        delta = self.delta if keys is None else self._values
         push = Push(self.w, clock, steps, samples, base_version, step_s, last=last,
                     delta=delta if has_delta else None, keys=keys)
         nbytes = FRAME_OVERHEAD + payload_nbytes(keys is not None, 0 if keys is None else keys.size, self.delta.size)

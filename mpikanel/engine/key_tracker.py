@@ -1,0 +1,44 @@
+"""The keys a worker's steps changed since its last push, so a sparse push need not scan the model."""
+from __future__ import annotations
+
+import numpy as np
+
+from ..kernels import BoundModel
+
+
+class KeyTracker:
+    """Marks the keys each step on CSR rows changes (the kernel's ``mark_keys``); ``take`` hands
+    them over sorted at a push and starts afresh. Valid only without L2 (which changes every key)."""
+
+    def __init__(self, data: BoundModel, n_params: int) -> None:
+        self.data = data
+        self.mark = np.zeros(n_params, dtype=np.bool_)
+        self.keys = np.empty(n_params, dtype=np.int64)
+        self.n = 0
+
+    @staticmethod
+    def usable(data: BoundModel, l2: float, push_mode: str) -> bool:
+        """Whether a worker can track its keys: sparse frames, CSR rows of a csr_keys model, no L2."""
+        return push_mode != "dense" and l2 == 0.0 and data.tracks_keys
+
+    def add_rows(self, idx: np.ndarray) -> None:
+        """A step on rows idx ran."""
+        self.n = self.data.mark_keys(idx, self.mark, self.keys, self.n)
+
+    def add_keys(self, keys: np.ndarray) -> None:
+        """These keys changed too (a resumed worker's unsent work)."""
+        new = keys[~self.mark[keys]]
+        self.mark[new] = True
+        self.keys[self.n:self.n + new.size] = new
+        self.n += new.size
+
+    def current(self) -> np.ndarray:
+        """The keys changed so far (unsorted view; valid until the next call)."""
+        return self.keys[:self.n]
+
+    def take(self) -> np.ndarray:
+        """The keys changed since the last take, sorted; the tracker starts afresh."""
+        keys = np.sort(self.keys[:self.n])
+        self.mark[keys] = False
+        self.n = 0
+        return keys
