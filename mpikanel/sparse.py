@@ -94,7 +94,7 @@ class KeyLog:
         if len(parts) == 1:
             return parts[0]
         keys = np.sort(np.concatenate(parts))      # a sort and a dedupe: np.unique hashes first (slower)
-        return keys[np.concatenate(([True], keys[1:] != keys[:-1]))]
+        return keys[np.concatenate(([True], keys[1:] != keys[:-1]))] if keys.size else keys
 
 
 class ReplyKeys:

@@ -41,6 +41,10 @@ def test_key_log_gives_keys_changed_after_a_version_and_none_when_it_cannot_know
     small.record(1, np.array([1, 2]))
     small.record(2, np.array([3, 4]))           # 4 keys > limit: version 1's entry goes
     assert small.since(0) is None and small.since(1).tolist() == [3, 4]
+    empty = KeyLog(10)                          # pushes that changed nothing (a worker with no rows left)
+    empty.record(1, np.zeros(0, dtype=np.int64))
+    empty.record(2, np.zeros(0, dtype=np.int64))
+    assert empty.since(0).tolist() == []
 
 
 def test_key_log_keeps_its_own_copy_of_keys_read_from_a_frame():
