@@ -56,7 +56,7 @@ if [ "$(mpi_of "$V2/bin/python")" = "$(mpi_of .venv/bin/python)" ]; then
   exit 1
 fi
 export NUMBA_CACHE_DIR=$NUMBA_CACHE_DIR-$SECOND
-# The MPI behaviour every MPI must show, end to end: training under each simple model, BSP bitwise
+# The MPI behaviour every MPI must show, end to end: training under ASP, BSP bitwise
 # the same on 1 and 2 servers (hindexed receives into one vector), a stop checkpoint
 # on SIGUSR1 and its resume, a killed server rank, ESP's round trips and PSP's plan, idle ranks
 # yielding the CPU; then pytest-mpi. Left out under the second MPI (known differences, see the
@@ -64,7 +64,7 @@ export NUMBA_CACHE_DIR=$NUMBA_CACHE_DIR-$SECOND
 # of letting them checkpoint (exit 75), and the timing-sensitive ESP check of skip rates on a slow
 # link. The rest of the suite exercises no MPI behaviour the list does not (CI time: 20 minutes).
 run2 "$V2/bin/python" -m pytest -q -p no:cacheprovider --durations=10 \
-  tests/test_train_e2e.py::test_sync_models_converge_on_synthetic \
+  "tests/test_train_e2e.py::test_sync_models_converge_on_synthetic[sync1]" \
   tests/test_servers_e2e.py::test_bsp_gives_bitwise_the_same_model_on_one_and_two_servers \
   "tests/test_checkpoint_e2e.py::test_signal_checkpoints_exits_75_and_resume_latest_finishes[10]" \
   "tests/test_checkpoint_e2e.py::test_sigkill_ends_job_and_latest_checkpoint_resumes[server]" \
