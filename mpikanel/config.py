@@ -28,6 +28,7 @@ class TrainConfig:
     sync: str = "bsp"
     servers: int = 1
     push: str = "auto"
+    permute_features: str = "off"
     staleness: float = 3.0
     model: str = "softmax"
     hidden: int = 64
@@ -135,7 +136,7 @@ def _validate(c: TrainConfig) -> None:
         raise InputError(f"--budget must be one of {', '.join(BUDGETS)}, got '{c.budget}'")
     if c.time_budget is not None and not (c.time_budget > 0 and math.isfinite(c.time_budget)):
         raise InputError(f"--time-budget must be a finite number of seconds > 0, got {c.time_budget}")
-    for name in ("esp_probe", "esp_value", "esp_efficiency"):
+    for name in ("esp_probe", "esp_value", "esp_efficiency", "permute_features"):
         if getattr(c, name) not in ON_OFF:
             raise InputError(f"{_flag(name)} must be on or off, got '{getattr(c, name)}'")
     if not 0 <= c.esp_value_low <= c.esp_value_high:
@@ -199,6 +200,9 @@ _HELP = {
                "of them), ranks K.. train",
     "push": "push/pull frames: auto (on sparse data, only the changed keys where that is smaller; on dense "
             "data, the whole vector), dense (always the whole vector), sparse (always keys and values)",
+    "permute_features": "on: renumber sparse (CSR) feature ids by a seeded permutation, so features "
+                        "popular at low ids spread over the servers' key ranges (linear models; a saved "
+                        "model is in the data's own feature order)",
     "staleness": "SSP staleness bound s (0 = BSP, inf = ASP)",
     "model": "model to train: logistic (binary), softmax, svm (one-vs-rest hinge), lsq (one-vs-rest "
              "ridge on one-hot targets), mlp (one hidden layer), or a name given to register_model",
@@ -335,7 +339,7 @@ def build_parser(prog: str = "python -m mpikanel.train", print_errors: bool = Tr
             p.add_argument(flag, choices=PSP_ESTIMATORS, help=helptext)
         elif f.name == "psp_objective":
             p.add_argument(flag, choices=PSP_OBJECTIVES, help=helptext)
-        elif f.name in ("esp_probe", "esp_value", "esp_efficiency"):
+        elif f.name in ("esp_probe", "esp_value", "esp_efficiency", "permute_features"):
             p.add_argument(flag, choices=ON_OFF, help=helptext)
         elif f.name == "model":
             from .kernels import KERNELS  # registry at parse time: user models registered before count

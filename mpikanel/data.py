@@ -57,6 +57,30 @@ class DataSpec:
     sparse_nnz: int = 50
     sparse_alpha: float = 1.1
     sparse_values: str = "binary"
+    permute_features: bool = False   # CSR column c becomes feature_permutation(d, seed)[c] (--permute-features)
+
+
+def feature_permutation(n_features: int, seed: int) -> np.ndarray:
+    """The seeded permutation --permute-features applies to CSR column ids: column c becomes perm[c],
+    so features popular at low ids (power-law data, ids in order of appearance) spread over the
+    servers' contiguous key ranges."""
+    return np.random.default_rng([seed, 0x5EED]).permutation(n_features).astype(np.int32)
+
+
+def unpermute_linear(params: np.ndarray, n_features: int, seed: int) -> np.ndarray:
+    """Parameters of a linear layout trained on permuted columns, in the data's own column order."""
+    units = params.size // (n_features + 1)
+    weights = params[:n_features * units].reshape(n_features, units)
+    return np.concatenate([weights[feature_permutation(n_features, seed)].ravel(), params[n_features * units:]])
+
+
+def _permuted(spec: DataSpec, shard: Shard) -> Shard:
+    if not spec.permute_features:
+        return shard
+    X = shard.X
+    if not isinstance(X, CSR):
+        raise InputError("--permute-features on needs sparse (CSR) data: libsvm files or synthetic-sparse")
+    return Shard(CSR(X.indptr, feature_permutation(X.shape[1], spec.seed)[X.indices], X.data, X.shape), shard.y)
 
 
 # ---------------------------------------------------------------------------
@@ -90,11 +114,15 @@ def load_rows(spec: DataSpec, info: DataInfo, start: int, stop: int) -> Shard:
             f"row range [{start}, {stop}) is outside the training rows [0, {info.n_rows})"
         )
     src = _open_train(spec, n_features=info.n_features)
-    return _read_shard(src, info, start, stop)
+    return _permuted(spec, _read_shard(src, info, start, stop))
 
 
 def load_test(spec: DataSpec, info: DataInfo) -> Shard:
     """Load the test set with the training set's feature count and class mapping."""
+    return _permuted(spec, _load_test(spec, info))
+
+
+def _load_test(spec: DataSpec, info: DataInfo) -> Shard:
     _check_spec(spec)
     if spec.test_source is not None:
         train = _open_train(spec, n_features=info.n_features)

@@ -33,6 +33,10 @@ def save_model(path: str | Path, params: np.ndarray, config: dict, n_features: i
 
     from . import __version__
 
+    if config.get("permute_features") == "on":     # trained on permuted columns: back to the data's order
+        from .data import unpermute_linear
+
+        params = unpermute_linear(np.asarray(params), int(n_features), int(config["seed"]))
     p = Path(path)
     tmp = p.with_name(f".{p.name}.tmp{os.getpid()}")
     try:

@@ -87,7 +87,8 @@ def data_spec(config: TrainConfig) -> DataSpec:
                     test_fraction=config.test_fraction, seed=config.seed,
                     synthetic_rows=config.synthetic_rows, synthetic_features=config.synthetic_features,
                     synthetic_classes=config.n_classes_hint, n_features=config.n_features,
-                    sparse_nnz=config.sparse_nnz, sparse_alpha=config.sparse_alpha, sparse_values=config.sparse_values)
+                    sparse_nnz=config.sparse_nnz, sparse_alpha=config.sparse_alpha, sparse_values=config.sparse_values,
+                    permute_features=config.permute_features == "on")
 
 
 def policy_for(config: TrainConfig, n_workers: int) -> SyncPolicy:
@@ -116,6 +117,8 @@ def _describe_checked(config: TrainConfig, n_workers: int) -> tuple[DataInfo, Mo
         if path and not os.path.isdir(os.path.dirname(os.path.abspath(path))):
             raise InputError(f"{flag} {path}: its directory does not exist")
     info = describe(data_spec(config))
+    if config.permute_features == "on" and not model.csr_keys:
+        raise InputError(f"--permute-features on needs a linear model (logistic, softmax, svm, lsq), not {model.name}")
     if info.n_classes < model.min_classes or (model.max_classes and info.n_classes > model.max_classes):
         hint = " (use --model softmax)" if info.n_classes > 2 else ""
         raise InputError(f"model {model.name} needs {model.min_classes}"

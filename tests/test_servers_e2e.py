@@ -68,7 +68,8 @@ def test_sparse_frames_give_bitwise_the_dense_model_on_one_two_and_three_servers
 
 
 @pytest.mark.parametrize("k,sync,data", [(2, ["asp"], SPARSE), (3, ["ssp", "--staleness", "2"], []),
-                                         (2, ["esp", "--push", "sparse"], SPARSE), (2, ["psp"], [])])
+                                         (2, ["esp", "--push", "sparse", "--permute-features", "on"], SPARSE),
+                                         (2, ["psp"], [])])
 def test_every_sync_model_keeps_every_delta_on_several_servers(k, sync, data, tmp_path):
     proc, s = run_train(3 + k, "--servers", str(k), "--sync", *sync, *RUN, *data, "--slowdown", "1:3",
                         tmp_path=tmp_path)
@@ -79,6 +80,11 @@ def test_every_sync_model_keeps_every_delta_on_several_servers(k, sync, data, tm
     assert s["test_accuracy"] > (0.6 if data else 0.8)     # sparse: ~0.69 after 2 epochs of 18k rows
     if data:
         check_sparse_frames(s)
+        received = [r["bytes_received"] for r in s["server_ranks"]]
+        if "--permute-features" in sync:    # popular (low) feature ids spread over both ranges
+            assert max(received) < 1.3 * min(received)
+        else:                               # contiguous ranges: server 0 gets the popular ids
+            assert received[0] > 2 * received[1]
 
 
 def test_checkpoint_of_two_servers_resumes_bitwise_on_three_and_on_one(tmp_path):

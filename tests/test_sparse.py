@@ -140,3 +140,46 @@ def test_tracked_keys_cover_every_key_a_csr_step_changes(name, classes):
     assert changed.size > 0 and np.isin(changed, keys).all()
     assert np.array_equal(keys, np.unique(keys)) and keys.size < n / 4
     assert tracker.take().size == 0 and not tracker.mark.any()
+
+
+def test_permuted_features_train_the_same_model_and_save_it_in_the_datas_own_order(tmp_path):
+    from mpikanel import load_model
+    from mpikanel.data import DataSpec, describe, feature_permutation, load_test, unpermute_linear
+    from mpikanel.errors import InputError
+    from mpikanel.model_io import save_model
+
+    spec = DataSpec(source="synthetic-sparse", synthetic_rows=400, synthetic_features=500, seed=4)
+    info = describe(spec)
+    raw = load_test(spec, info)
+    permuted = load_test(DataSpec(**{**spec.__dict__, "permute_features": True}), info)
+    perm = feature_permutation(500, 4)
+    assert sorted(perm.tolist()) == list(range(500)) and not np.array_equal(perm, np.arange(500))
+    assert np.array_equal(permuted.X.indices, perm[raw.X.indices]) and np.array_equal(permuted.y, raw.y)
+    # a model trained on the permuted columns, saved, scores raw rows as it scored permuted ones
+    rng = np.random.default_rng(0)
+    params = rng.standard_normal(501)
+    # the weight of the data's column c is the trained weight of column perm[c]; the bias stays
+    assert np.array_equal(unpermute_linear(params, 500, 4), np.append(params[:500][perm], params[500]))
+    path = save_model(tmp_path / "m.h5", params, {"model": "logistic", "permute_features": "on", "seed": 4},
+                      500, info.label_values)
+    on_permuted = load_model(tmp_path / "m.h5")
+    on_permuted.params[:] = params            # what the run's own (permuted) evaluation used
+    on_permuted.W, on_permuted.b = params[:500].reshape(500, 1), params[500:]
+    saved = load_model(path)
+    assert np.allclose(saved.decision_function(raw.X), on_permuted.decision_function(permuted.X))
+    with pytest.raises(InputError, match="needs sparse"):
+        load_test(DataSpec(source="synthetic", synthetic_rows=100, permute_features=True),
+                  describe(DataSpec(source="synthetic", synthetic_rows=100)))
+
+
+def test_permuted_features_need_a_linear_model():
+    from mpikanel.config import make_config
+    from mpikanel.errors import InputError
+    from mpikanel.train import _describe_checked
+
+    cfg = {"data": "synthetic-sparse", "synthetic_rows": 200, "synthetic_features": 50, "permute_features": "on"}
+    _describe_checked(make_config({**cfg, "model": "logistic"}), 2)
+    with pytest.raises(InputError, match="needs a linear model"):
+        _describe_checked(make_config({**cfg, "model": "mlp"}), 2)
+    with pytest.raises(InputError, match="on or off"):
+        make_config({**cfg, "permute_features": "yes"})
