@@ -117,7 +117,8 @@ def test_sigterm_stops_two_servers_with_a_checkpoint(tmp_path):
 
 def test_killed_server_rank_ends_the_job(tmp_path):
     ck = tmp_path / "ck"
-    proc = start(5, "--servers", "2", *LONG, "--checkpoint-dir", str(ck), "--checkpoint-every", "0.3")
+    # sparse frames (a dense run loses a server the same way: the kill tests of test_checkpoint_e2e)
+    proc = start(5, "--servers", "2", *LONG, *SPARSE, "--checkpoint-dir", str(ck), "--checkpoint-every", "0.3")
     pids = rank_pids(proc.pid, 5, timeout=60)
     wait_for(ck, 1, proc)
     kill_rank(pids[1], 1)                      # the second server, not the one that decides
