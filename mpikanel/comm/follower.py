@@ -97,8 +97,7 @@ class FollowerServer:
             self.comm.send(report, dest=PRIMARY, tag=Tag.SERVER_STATS)
 
     def _reply(self, w: int) -> None:
-        self._traffic.sends[w].Wait()
-        out = self._traffic.outbox[w]
+        out = self._traffic.header(w)
         out.header[H.VERSION] = self.core.version
         out.header[H.FLAGS] = 0
         self._traffic.reply(w, self.core.version, self.core.params, self.core.replies.reply(w, self.core.version))

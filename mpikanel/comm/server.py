@@ -109,10 +109,14 @@ class Traffic:
         keys, values = frame.entries(self.n)
         return frame, keys, values
 
-    def reply(self, w: int, version: int, params: np.ndarray, keys: np.ndarray | None) -> None:
-        """Send the header in ``outbox[w]`` with the range ``params`` at `version`: whole, from the
-        snapshot every reply at that version shares, or only at ``keys`` (SPARSE)."""
+    def header(self, w: int) -> Frame:
+        """Worker w's reply header to fill in, once its previous reply has been sent."""
         self.sends[w].Wait()            # the worker got the previous reply before pushing again
+        return self.outbox[w]
+
+    def reply(self, w: int, version: int, params: np.ndarray, keys: np.ndarray | None) -> None:
+        """Send the header filled in from :meth:`header` with the range ``params`` at `version`:
+        whole, from the snapshot every reply at that version shares, or only at ``keys`` (SPARSE)."""
         out = self.outbox[w]
         if keys is None:
             out.header[H.FLAGS] &= ~Flag.SPARSE
@@ -311,8 +315,7 @@ class ParameterServer:
                     delta=values if frame.has(Flag.HAS_DELTA) else None, keys=keys)
 
     def _reply(self, a: Answer) -> None:
-        self._traffic.sends[a.w].Wait()     # before its header is rewritten
-        out = self._traffic.outbox[a.w]
+        out = self._traffic.header(a.w)
         h = out.header
         h[H.CLOCK], h[H.VERSION], h[H.PLAN], h[H.BUSY] = a.clock, a.version, a.plan, a.busy
         h[H.LEASE], h[H.FLAGS] = a.lease, a.flags
