@@ -84,6 +84,8 @@ def evaluate(s: Any, params: np.ndarray, initial: np.ndarray, losses: list[tuple
         # parameter copies replies were read from at once (one per version still being sent), and
         # the peak resident memory of rank 0 (the server; after training it also evaluates)
         "reply_snapshots_peak": int(getattr(server_stats, "reply_snapshots_peak", 0)),
+        # push receive frames server 0 needed (its pool: held deltas plus the ones landing)
+        "push_buffers": int(getattr(server_stats, "push_buffers", 0)),
         "rank0_peak_rss_mb": _peak_rss_mb(),
         "per_worker": workers,
         "config": s.config.to_dict(),

@@ -1,7 +1,8 @@
 """Server ranks 1..K-1: apply and answer exactly as server 0 decides, on their own key range.
 
-Each keeps one persistent receive per worker for its slice of that worker's pushes and one for
-server 0's CONTROL messages; :class:`mpikanel.engine.follower_core.FollowerCore` orders the ops
+Each receives the workers' slices into a pool of frames (:class:`mpikanel.comm.server.PushPool`,
+a frame held from a push's arrival until server 0's REPLY op for it) and keeps one persistent
+receive for server 0's CONTROL messages; :class:`mpikanel.engine.follower_core.FollowerCore` orders the ops
 against the pushes. Replies carry the range from a shared per-version snapshot, like server 0's.
 """
 from __future__ import annotations
@@ -33,7 +34,6 @@ class FollowerServer:
         self.service = service
         n = self.keys.stop - self.keys.start
         self._traffic = Traffic(comm, n_workers, self.first, n, push_mode)
-        self._recv = self._traffic.receives()
         self._delta: list = [None] * n_workers     # (keys, values) of each worker's waiting push
         self._control = np.zeros(control_ints(n_workers), dtype=np.int64)
         self._control_recv = comm.Recv_init([self._control, MPI.INT64_T], source=PRIMARY, tag=Tag.CONTROL)
@@ -43,31 +43,29 @@ class FollowerServer:
     def run(self) -> None:
         """Serve until server 0 says END (after which its stats and final range have been sent)."""
         t_start = time.perf_counter()
-        # every worker may push: one that had left before a resumed cut never does, and its
-        # receive is cancelled at the end
-        for req in self._recv:
-            req.Start()
         self._control_recv.Start()
-        core = self.core
-        requests = self._recv + [self._control_recv]
+        core, pool = self.core, self._traffic.pool
         while not core.ended:
-            done = MPI.Request.Waitsome(requests)
+            pool.ensure(True)       # a worker that had left before a resumed cut never pushes
+            n = len(pool.requests)
+            statuses: list[MPI.Status] = []
+            done = MPI.Request.Waitsome(pool.requests + [self._control_recv], statuses)
             t0 = time.perf_counter()
-            for i in sorted(done):
-                if i < core.n_workers:
-                    self._arrived(i)
-                else:
-                    core.add_ops(self._control)
-                    self._control_recv.Start()
+            pushed = [(i, st) for i, st in zip(done, statuses) if i < n]
+            for w in pool.landed([i for i, _ in pushed], [st for _, st in pushed]):
+                self._arrived(w)
+            if n in done:
+                core.add_ops(self._control)
+                self._control_recv.Start()
             while (action := core.next()) is not None:
                 self._do(action.op, action.w, action.arg, time.perf_counter() - t_start)
             self._busy_s += time.perf_counter() - t0
         MPI.Request.Waitall(self._traffic.sends)
-        for req in self._recv + [self._control_recv]:
-            if not req.Test():          # Test completes nothing here: no worker pushes any more
-                req.Cancel()
-                req.Wait()
-            req.Free()
+        pool.close()
+        if not self._control_recv.Test():   # completes nothing: server 0 sends no more ops
+            self._control_recv.Cancel()
+            self._control_recv.Wait()
+        self._control_recv.Free()
 
     def _arrived(self, w: int) -> None:
         self._pushes += 1
@@ -84,8 +82,7 @@ class FollowerServer:
             core.apply(values, float(arg), keys)
         elif op is Op.REPLY:
             self._reply(w)
-            if arg:
-                self._recv[w].Start()
+            self._traffic.pool.release(w)
         elif op is Op.SLICE:
             self.comm.Send([core.params, MPI.DOUBLE], dest=PRIMARY, tag=Tag.SLICE)
             if arg:

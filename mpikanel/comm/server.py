@@ -1,9 +1,11 @@
 """Rank 0: moves push and reply frames for the server core over non-blocking point-to-point.
 
 Every decision lives in :class:`mpikanel.engine.server_core.ServerCore`; this loop only waits
-for frames (``Waitsome`` over one persistent receive per worker, which blocks inside MPI so an
-idle server yields the CPU under MPICH heavy-yield), decodes them, and ``Isend``s the core's
-answers, re-arming the receives. A reply is one message of the frame layout, sent without a copy
+for frames (``Waitsome`` over a pool of persistent ``ANY_SOURCE`` receives, which blocks inside
+MPI so an idle server yields the CPU), decodes them, and ``Isend``s the core's answers. The pool
+(:class:`PushPool`) holds as many frames as pushes are held or landing, not one per worker: a
+buffer goes back to the pool once its delta is applied (at once under ASP, SSP and ESP; at the
+round's release under BSP and PSP), and a push that finds no posted buffer waits in MPI. A reply is one message of the frame layout, sent without a copy
 per worker: an hindexed datatype joins the worker's small header block and a read-only snapshot
 of the parameters that every reply at the same version shares (:class:`ReplySnapshots`), so the
 server holds a few parameter copies, not one per worker; a sparse reply (``--push``) joins the
@@ -73,6 +75,74 @@ class ReplySnapshots:
         self.retired = busy
 
 
+#: push buffers a server posts at start; the pool grows past this only while pushes are held
+POOL_START = 4
+
+
+class PushPool:
+    """Receive buffers for pushes, shared by every worker: persistent ``ANY_SOURCE`` receives on
+    as many frames as pushes are held or landing at once, not one frame per worker.
+
+    A worker has at most one push in flight to a server, so a pool of ``n_workers`` frames is
+    never full while a push can still arrive: the pool grows (one frame at a time, up to that)
+    only when every frame holds a push and the server still listens, as under BSP, whose deltas
+    wait for the round. Buffers are handed back with :meth:`release` once their delta is applied.
+    """
+
+    def __init__(self, comm: MPI.Comm, first: int, slots: int, n_workers: int, start: int = POOL_START) -> None:
+        self.comm, self.first, self.slots, self.n_workers = comm, first, slots, n_workers
+        self.frames: list[Frame] = []
+        self.requests: list[MPI.Request] = []
+        self.at = np.full(n_workers, -1, dtype=np.int64)    # worker -> the frame holding its push
+        self.posted = 0
+        for _ in range(max(1, min(start, n_workers))):
+            self._grow()
+
+    def _grow(self) -> None:
+        frame = Frame.allocate(self.slots)
+        req = self.comm.Recv_init([frame.buf, MPI.BYTE], source=MPI.ANY_SOURCE, tag=Tag.PUSH)
+        req.Start()
+        self.frames.append(frame)
+        self.requests.append(req)
+        self.posted += 1
+
+    def ensure(self, listening: bool) -> None:
+        """Post one more buffer if none is posted while a push may still arrive."""
+        if listening and self.posted == 0 and len(self.frames) < self.n_workers:
+            self._grow()
+
+    def landed(self, indices: list[int], statuses: list[MPI.Status]) -> list[int]:
+        """The workers whose pushes completed these receives (rank order); their frames are held."""
+        workers = []
+        for i, status in zip(indices, statuses):
+            w = status.Get_source() - self.first
+            self.at[w] = i
+            workers.append(w)
+        self.posted -= len(indices)
+        return sorted(workers)
+
+    def frame(self, w: int) -> Frame:
+        """The frame holding worker w's push."""
+        return self.frames[int(self.at[w])]
+
+    def release(self, w: int) -> None:
+        """Worker w's push is used up: post its frame for the next push from anyone."""
+        i = int(self.at[w])
+        if i < 0:
+            return
+        self.at[w] = -1
+        self.requests[i].Start()
+        self.posted += 1
+
+    def close(self) -> None:
+        """Cancel the posted receives (no worker pushes any more) and free every request."""
+        for req in self.requests:
+            if not req.Test():          # completes nothing: no worker pushes any more
+                req.Cancel()
+                req.Wait()
+            req.Free()
+
+
 def peak_rss_mb() -> float:
     """This process's peak resident memory in MiB (Linux reports KiB)."""
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
@@ -82,7 +152,8 @@ def server_report(rank: int, keys: slice, pushes: int, traffic: "Traffic", busy_
     """One server rank's line in the summary: its range, load, bytes and memory."""
     return {"rank": rank, "keys": [keys.start, keys.stop], "pushes": pushes, "bytes_received": traffic.received,
             "bytes_sent": traffic.sent, "busy_s": busy_s, "busy_us_per_push": 1e6 * busy_s / max(1, pushes),
-            "wall_s": wall_s, "peak_rss_mb": peak_rss_mb()}
+            "wall_s": wall_s, "peak_rss_mb": peak_rss_mb(), "push_buffers": len(traffic.pool.frames),
+            "reply_snapshots_peak": traffic.snapshots.peak}
 
 
 class Traffic:
@@ -90,21 +161,16 @@ class Traffic:
 
     def __init__(self, comm: MPI.Comm, n_workers: int, first: int, n: int, mode: str) -> None:
         self.comm, self.first, self.n = comm, first, n
-        self.inbox = [Frame.allocate(capacity(mode, n)) for _ in range(n_workers)]
+        self.pool = PushPool(comm, first, capacity(mode, n), n_workers)
         self.outbox = [Frame.allocate(0) for _ in range(n_workers)]     # header + meta only
         self.snapshots = ReplySnapshots(n)
         self.sends: list[MPI.Request] = [MPI.REQUEST_NULL] * n_workers
         self._kept: list = [None] * n_workers    # a sparse reply's keys and values, until it is sent
         self.received = self.sent = 0
 
-    def receives(self) -> list[MPI.Request]:
-        """One persistent receive per worker for its pushes (frames up to the inbox size)."""
-        return [self.comm.Recv_init([f.buf, MPI.BYTE], source=w + self.first, tag=Tag.PUSH)
-                for w, f in enumerate(self.inbox)]
-
     def arrived(self, w: int) -> tuple[Frame, np.ndarray | None, np.ndarray]:
         """Worker w's push frame, its keys (None: dense) and values; counts its bytes."""
-        frame = self.inbox[w]
+        frame = self.pool.frame(w)
         self.received += frame.nbytes(self.n)
         keys, values = frame.entries(self.n)
         return frame, keys, values
@@ -154,13 +220,12 @@ class ParameterServer:
         keys = smap.range(0)
         n, nw = keys.stop - keys.start, core.n_workers
         self._traffic = Traffic(comm, nw, first, n, core.push_mode)
-        self._recv = self._traffic.receives()
         self._probe_in = [Frame.allocate(0) for _ in range(nw)] if probes else []
         self._probe_out = [Frame.allocate(0) for _ in range(nw)] if probes else []
         self._probe_recv = [comm.Recv_init([f.buf, MPI.BYTE], source=w + first, tag=Tag.PROBE)
                             for w, f in enumerate(self._probe_in)]
         self._probe_send: list[MPI.Request] = [MPI.REQUEST_NULL] * len(self._probe_recv)
-        self._listening = 0             # push receives posted and not yet completed
+        self._listening = 0             # workers whose next push the server waits for
         self._t_start = 0.0
         self._followers = list(range(1, smap.servers))
         self._control = np.zeros(control_ints(nw), dtype=np.int64)
@@ -175,27 +240,28 @@ class ParameterServer:
         self._t_start = core.t_start = time.perf_counter()
         self._arm()
         core.start(0.0)
+        pool = self._traffic.pool
         while not core.done:
-            done = self._next()
+            arrived = self._next()
             t0 = time.perf_counter()
-            if done is None:
+            if arrived is None:
                 raise RuntimeError("server: no worker can push and none was released "
                                    f"(policy {core.policy.describe()} stalled)")
-            nw = core.n_workers
-            pushes = sorted(i for i in done if i < nw)
-            for i in done:
-                if i >= nw:
-                    self._answer_probe(i - nw, len(pushes))
+            pushes, probes = arrived
+            for w in probes:
+                self._answer_probe(w, len(pushes))
             self._listening -= len(pushes)
             for w in pushes:
                 t_push = time.perf_counter()
                 received = self._traffic.received
                 core.on_push(self._decode(w), self._now())
                 core.observe_service(time.perf_counter() - t_push, self._traffic.received - received, self._now())
+                if not core.holds_delta(w):
+                    pool.release(w)     # applied (or carried none): the frame takes the next push
             for answer in core.release(self._now()):
                 self._reply(answer)
+                pool.release(answer.w)
                 if core.keeps_serving(answer.w):
-                    self._recv[answer.w].Start()
                     self._listening += 1
             self._flush()               # the other servers answer too (a worker waits for all of them)
             for w in core.collect:
@@ -204,14 +270,14 @@ class ParameterServer:
             core.stats.busy_s += time.perf_counter() - t0
         reports = self._end_followers()
         MPI.Request.Waitall(self._traffic.sends)
-        for req in self._recv:          # all inactive now: every worker's last push was answered
-            req.Free()
+        pool.close()
         for req in self._probe_recv:    # still posted: no worker probes after its last push
             req.Cancel()
             req.Wait()
             req.Free()
         MPI.Request.Waitall(self._probe_send)
         core.stats.reply_snapshots_peak = self._traffic.snapshots.peak
+        core.stats.push_buffers = len(pool.frames)
         stats = core.finish(self._now())
         own = server_report(0, self.smap.range(0), int(stats.pushes.sum()), self._traffic, stats.busy_s, stats.wall_s)
         stats.servers = [own] + reports
@@ -274,18 +340,23 @@ class ParameterServer:
         """Start listening to every active worker."""
         for w in range(self.core.n_workers):
             if self.core.book.active[w]:
-                self._recv[w].Start()
                 self._listening += 1
                 if self._probe_recv:
                     self._probe_recv[w].Start()
 
-    def _next(self) -> list[int] | None:
-        """Indices of what arrived (blocks inside MPI): w for worker w's push, n_workers + w for
-        its probe; None when nothing can arrive."""
-        if not self._probe_recv:
-            return MPI.Request.Waitsome(self._recv)
-        # probes alone never end a stall: with no push receive posted nothing can move
-        return MPI.Request.Waitsome(self._recv + self._probe_recv) if self._listening else None
+    def _next(self) -> tuple[list[int], list[int]] | None:
+        """The workers whose pushes, and whose probes, arrived (blocks inside MPI); None when
+        nothing can arrive (probes alone never end a stall: no push can move it)."""
+        if not self._listening:
+            return None
+        pool = self._traffic.pool
+        pool.ensure(True)
+        n = len(pool.requests)
+        statuses: list[MPI.Status] = []
+        done = MPI.Request.Waitsome(pool.requests + self._probe_recv, statuses)
+        pushed = [(i, st) for i, st in zip(done, statuses) if i < n]
+        pushes = pool.landed([i for i, _ in pushed], [st for _, st in pushed])
+        return pushes, sorted(i - n for i in done if i >= n)
 
     def _answer_probe(self, w: int, queued: int) -> None:
         """Answer worker w's probe at once with what a push would meet now, and listen again."""

@@ -81,6 +81,7 @@ class ServerStats:
     probes: int = 0                       # probes answered (ESP)
     probe_s: float = 0.0                  # server seconds spent answering probes
     reply_snapshots_peak: int = 0         # most parameter copies replies were sent from at once (MPI)
+    push_buffers: int = 0                 # push receive frames the server ended with (MPI: the pool's peak)
     unapplied: np.ndarray | None = None   # sum of (1 - scale) * delta: received but scaled away
     policy_report: dict | None = None     # the policy's own record (PSP rounds)
     stopped: bool = False                 # ended early after a stop checkpoint
@@ -183,6 +184,10 @@ class ServerCore:
         self._arrived_since_release += 1
         if self.policy.apply_on_arrival:
             self._apply(w)
+
+    def holds_delta(self, w: int) -> bool:
+        """Whether worker w's pushed delta waits to be applied (the transport keeps its frame)."""
+        return self._deltas[w] is not None
 
     def _apply(self, w: int) -> None:
         delta = self._deltas[w]
