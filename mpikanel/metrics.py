@@ -43,16 +43,24 @@ class Snapshot:
     params: np.ndarray
 
 
-class SnapshotRecorder:
-    """Keeps bounded, thinned copies of the parameters at roughly `interval_s` spacing."""
+#: memory the curve's snapshots may hold in all (a 10M-parameter model keeps 26, not 400)
+SNAPSHOT_BYTES = 1 << 30
 
-    def __init__(self, interval_s: float = 1.0, max_snapshots: int = 400, dtype: Any = np.float32):
+
+class SnapshotRecorder:
+    """Keeps bounded, thinned copies of the parameters at roughly `interval_s` spacing: at most
+    `max_snapshots`, and no more than fit in `max_bytes` (at least 2); when full, every other one
+    is dropped and the interval doubles, so a long run keeps an even, coarser curve."""
+
+    def __init__(self, interval_s: float = 1.0, max_snapshots: int = 400, dtype: Any = np.float32,
+                 max_bytes: int = SNAPSHOT_BYTES):
         if not interval_s > 0:
             raise ValueError(f"interval_s must be > 0, got {interval_s}")
         if max_snapshots < 2:
             raise ValueError(f"max_snapshots must be >= 2, got {max_snapshots}")
         self.interval_s = float(interval_s)
         self.max_snapshots = int(max_snapshots)
+        self.max_bytes = int(max_bytes)
         self.dtype = np.dtype(dtype)
         self.snapshots: list[Snapshot] = []
         self._last_s = -math.inf        # the first call always records
@@ -75,7 +83,8 @@ class SnapshotRecorder:
         self._record(now_s, params, version)
 
     def _record(self, now_s: float, params: np.ndarray, version: int) -> None:
-        if len(self.snapshots) >= self.max_snapshots:
+        fit = max(2, self.max_bytes // max(1, params.size * self.dtype.itemsize))
+        if len(self.snapshots) >= min(self.max_snapshots, fit):
             self._thin()
         self.snapshots.append(Snapshot(float(now_s), int(version), np.array(params, dtype=self.dtype)))
         self._last_s = float(now_s)

@@ -37,6 +37,21 @@ def test_recorder_cap_thins_and_doubles_interval():
     assert (times >= rec.interval_s / 2).all()
 
 
+def test_recorder_holds_no_more_snapshots_than_its_memory_budget():
+    # 1,000 float32 parameters = 4,000 bytes a copy; a 20,000-byte budget holds 5 of them
+    rec = SnapshotRecorder(interval_s=1.0, max_snapshots=400, max_bytes=20_000)
+    p = np.zeros(1000)
+    for t in range(200):
+        rec.maybe_snapshot(float(t), p, t)
+        assert len(rec) <= 5
+    assert sum(s.params.nbytes for s in rec) <= 20_000
+    assert rec.interval_s > 1.0 and rec.snapshots[0].version == 0
+    tiny = SnapshotRecorder(interval_s=1.0, max_bytes=1)      # never fewer than two: the start and now
+    for t in range(5):
+        tiny.maybe_snapshot(float(t), p, t)
+    assert len(tiny) == 2
+
+
 def test_final_always_recorded():
     rec = SnapshotRecorder(interval_s=10.0, max_snapshots=4)
     p = np.ones(2)
