@@ -12,7 +12,7 @@ from .launch import HEAVY_YIELD, RankRunError, find_mpiexec, have_mpiexec, rank_
 
 RANK_MODULE = "mpikanel.bench._server_ranks"
 DEFAULT_MODES = ("asp", "bsp", "plain")
-VARIANT_MODES = ("asp-testsome", "asp-waitany", "asp-mprobe")
+VARIANT_MODES = ("asp-testsome", "asp-waitany")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -22,7 +22,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--pushes", type=int, default=500, help="pushes per worker per repeat")
     parser.add_argument("--repeats", type=int, default=3, help="timed rounds per case (median reported)")
     parser.add_argument("--modes", nargs="+", default=list(DEFAULT_MODES),
-                        choices=DEFAULT_MODES + VARIANT_MODES + ("bsp-testsome", "bsp-waitany", "bsp-mprobe"),
+                        choices=DEFAULT_MODES + VARIANT_MODES + ("bsp-testsome", "bsp-waitany"),
                         help="cases to run; asp-/bsp-<variant> are bench-only receive loops")
     env = parser.add_mutually_exclusive_group()
     env.add_argument("--env-default", dest="no_heavy_yield", action="store_false",

@@ -60,7 +60,7 @@ class FollowerServer:
             while (action := core.next()) is not None:
                 self._do(action.op, action.w, action.arg, time.perf_counter() - t_start)
             self._busy_s += time.perf_counter() - t0
-        MPI.Request.Waitall(self._traffic.sends)
+        self._traffic.wait_sent()
         pool.close()
         if not self._control_recv.Test():   # completes nothing: server 0 sends no more ops
             self._control_recv.Cancel()

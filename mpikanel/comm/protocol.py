@@ -31,6 +31,8 @@ class Tag(IntEnum):
     CONTROL = 16      # server 0 -> server k > 0: the ops that replay its decisions (int64, see Op)
     SLICE = 17        # server k > 0 -> server 0: its key range of the parameters (float64)
     SERVER_STATS = 18  # server k > 0 -> server 0: its counters at the end (pickled; once)
+    REPLY_DATA = 19   # server -> worker, dense frames: the range of a REPLY, sent from the shared
+                      # snapshot as its own contiguous message (a joined datatype is packed by MPI)
 
 
 class H(IntEnum):

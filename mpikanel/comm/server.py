@@ -5,11 +5,14 @@ for frames (``Waitsome`` over a pool of persistent ``ANY_SOURCE`` receives, whic
 MPI so an idle server yields the CPU), decodes them, and ``Isend``s the core's answers. The pool
 (:class:`PushPool`) holds as many frames as pushes are held or landing, not one per worker: a
 buffer goes back to the pool once its delta is applied (at once under ASP, SSP and ESP; at the
-round's release under BSP and PSP), and a push that finds no posted buffer waits in MPI. A reply is one message of the frame layout, sent without a copy
-per worker: an hindexed datatype joins the worker's small header block and a read-only snapshot
-of the parameters that every reply at the same version shares (:class:`ReplySnapshots`), so the
-server holds a few parameter copies, not one per worker; a sparse reply (``--push``) joins the
-header, the keys the core chose and their values instead (:class:`Traffic`). With ``probes`` (ESP)
+round's release under BSP and PSP), and a push that finds no posted buffer waits in MPI. A dense reply is two messages, the worker's small header block
+(REPLY) and its range read in place from a read-only snapshot of the parameters that every reply
+at the same version shares (REPLY_DATA; :class:`ReplySnapshots`), so the server holds a few
+parameter copies, not one per worker. (One message joining both through an hindexed datatype
+was tried first: Intel MPI packs such a send into a temporary copy of its own, 8 MB per pending
+reply at 1M parameters.) With sparse frames (``--push``) a reply is one hindexed message of the
+header, the keys the core chose and their values (small), or of the header and the snapshot
+(:class:`Traffic`). With ``probes`` (ESP)
 it also keeps one persistent receive per worker for header-only PROBE frames and answers each
 at once, before the pushes that arrived with it (so a probe also sees them queued).
 
@@ -164,7 +167,9 @@ class Traffic:
         self.pool = PushPool(comm, first, capacity(mode, n), n_workers)
         self.outbox = [Frame.allocate(0) for _ in range(n_workers)]     # header + meta only
         self.snapshots = ReplySnapshots(n)
+        self.split = mode == "dense"    # dense replies as header + contiguous range (worker.SlicedFrame)
         self.sends: list[MPI.Request] = [MPI.REQUEST_NULL] * n_workers
+        self.data_sends: list[MPI.Request] = [MPI.REQUEST_NULL] * n_workers
         self._kept: list = [None] * n_workers    # a sparse reply's keys and values, until it is sent
         self.received = self.sent = 0
 
@@ -175,6 +180,10 @@ class Traffic:
         keys, values = frame.entries(self.n)
         return frame, keys, values
 
+    def wait_sent(self) -> None:
+        """Complete every reply still being sent (the end of the run)."""
+        MPI.Request.Waitall(self.sends + self.data_sends)
+
     def header(self, w: int) -> Frame:
         """Worker w's reply header to fill in, once its previous reply has been sent."""
         self.sends[w].Wait()            # the worker got the previous reply before pushing again
@@ -184,6 +193,15 @@ class Traffic:
         """Send the header filled in from :meth:`header` with the range ``params`` at `version`:
         whole, from the snapshot every reply at that version shares, or only at ``keys`` (SPARSE)."""
         out = self.outbox[w]
+        dest = w + self.first
+        if keys is None and self.split:
+            snapshot = self.snapshots.get(version, params)
+            self.sent += out.buf.nbytes + snapshot.nbytes
+            self.sends[w] = self.comm.Isend([out.buf, MPI.BYTE], dest=dest, tag=Tag.REPLY)
+            self.data_sends[w].Wait()       # long done: the worker took it before pushing again
+            self.data_sends[w] = self.comm.Isend([snapshot, MPI.DOUBLE], dest=dest, tag=Tag.REPLY_DATA)
+            self.snapshots.sent(self.data_sends[w])
+            return
         if keys is None:
             out.header[H.FLAGS] &= ~Flag.SPARSE
             blocks = [out.buf, self.snapshots.get(version, params)]
@@ -198,7 +216,7 @@ class Traffic:
         # one message in the frame layout, read from where its parts are: no copy into a frame
         joined = MPI.BYTE.Create_hindexed(nbytes, [MPI.Get_address(b) for b in blocks]).Commit()
         try:
-            self.sends[w] = self.comm.Isend([MPI.BOTTOM, 1, joined], dest=w + self.first, tag=Tag.REPLY)
+            self.sends[w] = self.comm.Isend([MPI.BOTTOM, 1, joined], dest=dest, tag=Tag.REPLY)
         finally:
             joined.Free()               # allowed while the send is pending: MPI frees it afterwards
         if keys is None:
@@ -269,7 +287,7 @@ class ParameterServer:
             core.cut_done(self._now())
             core.stats.busy_s += time.perf_counter() - t0
         reports = self._end_followers()
-        MPI.Request.Waitall(self._traffic.sends)
+        self._traffic.wait_sent()
         pool.close()
         for req in self._probe_recv:    # still posted: no worker probes after its last push
             req.Cancel()
@@ -353,10 +371,14 @@ class ParameterServer:
         pool.ensure(True)
         n = len(pool.requests)
         statuses: list[MPI.Status] = []
-        done = MPI.Request.Waitsome(pool.requests + self._probe_recv, statuses)
+        done = self._wait_some(pool.requests + self._probe_recv, statuses)
         pushed = [(i, st) for i, st in zip(done, statuses) if i < n]
         pushes = pool.landed([i for i, _ in pushed], [st for _, st in pushed])
         return pushes, sorted(i - n for i in done if i >= n)
+
+    def _wait_some(self, requests: list[MPI.Request], statuses: list[MPI.Status]) -> list[int]:
+        """Block inside MPI until some requests complete; their indices (statuses filled alike)."""
+        return MPI.Request.Waitsome(requests, statuses)
 
     def _answer_probe(self, w: int, queued: int) -> None:
         """Answer worker w's probe at once with what a push would meet now, and listen again."""

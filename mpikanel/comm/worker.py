@@ -16,12 +16,15 @@ SERVER = 0      # decides for all servers: replies' headers, probes and resumabl
 
 
 class SlicedFrame:
-    """A frame per server sharing one full payload vector: message k is header block k followed
-    by server k's key range of the payload (an hindexed datatype, committed once: no copies)."""
+    """A frame per server sharing one full payload vector: a push to server k is header block k
+    followed by server k's key range of the payload (an hindexed datatype, committed once); a
+    reply from it lands as two messages, the header block (REPLY) and the range (REPLY_DATA),
+    each straight where it belongs."""
 
     def __init__(self, n_params: int, smap: ServerMap) -> None:
         self.frames = [Frame.allocate(0) for _ in range(smap.servers)]
         self.payload = np.zeros(n_params)
+        self.ranges = [smap.range(k) for k in range(smap.servers)]
         self.types = []
         for k, f in enumerate(self.frames):
             part = self.payload[smap.range(k)]
@@ -32,6 +35,14 @@ class SlicedFrame:
     def specs(self) -> list:
         """One MPI buffer spec per server, in rank order."""
         return [[MPI.BOTTOM, 1, t] for t in self.types]
+
+    def receives(self, tag: Tag) -> list[tuple[list, int, Tag]]:
+        """(buffer spec, source, tag) of every message a reply arrives in: per server, its header
+        block and its range of the payload."""
+        out = []
+        for k, (f, r) in enumerate(zip(self.frames, self.ranges)):
+            out += [([f.buf, MPI.BYTE], k, tag), ([self.payload[r], MPI.DOUBLE], k, Tag.REPLY_DATA)]
+        return out
 
     def pack(self) -> int:
         """Nothing to pack (the frames read the payload in place); the payload bytes sent."""
@@ -73,6 +84,10 @@ class PackedFrames:
     def specs(self) -> list:
         """One MPI buffer spec per server: the packed bytes of each frame."""
         return [[f.buf, c, MPI.BYTE] for f, c in zip(self.frames, self.counts)]
+
+    def receives(self, tag: Tag) -> list[tuple[list, int, Tag]]:
+        """(buffer spec, source, tag) of every message a reply arrives in: one frame per server."""
+        return [([f.buf, MPI.BYTE], k, tag) for k, f in enumerate(self.frames)]
 
     def has(self, flag: Flag) -> bool:
         """True when server 0's header has this flag."""
@@ -151,7 +166,7 @@ class _Flight:
         self.comm, self.send_tag, self.recv_tag = comm, send_tag, recv_tag
         self.out, self.inp = out, inp
         self.framed = not isinstance(out, Frame)    # a push (frames per server), not a header-only probe
-        self._in_specs = inp.specs() if self.framed else [[inp.buf, MPI.BYTE]]
+        self._in = inp.receives(recv_tag) if self.framed else [([inp.buf, MPI.BYTE], SERVER, recv_tag)]
         self.reqs: list[MPI.Request] = []
         self.t_sent = 0.0
         self.send_at: float | None = None   # deferred Isend (injected link delay)
@@ -163,7 +178,7 @@ class _Flight:
         """Irecv the answer, Isend the request now or after ``delay_s`` (caller holds MPI)."""
         self.landed, self.driven = None, False
         self.t_sent = time.perf_counter()
-        self.reqs = [self.comm.Irecv(spec, source=k, tag=self.recv_tag) for k, spec in enumerate(self._in_specs)]
+        self.reqs = [self.comm.Irecv(spec, source=k, tag=tag) for spec, k, tag in self._in]
         self.send_at = self.t_sent + delay_s if delay_s > 0 else None
         if self.send_at is None:
             self._send()
@@ -180,7 +195,9 @@ class _Flight:
                 if time.perf_counter() < self.send_at:
                     return False
                 self._send()
-            if MPI.Request.Testall(self.reqs):
+            # one Testall may take in only one arrived message (Intel MPI): a dense reply is two
+            # per server, so test as often as there are requests before calling it not landed
+            if any(MPI.Request.Testall(self.reqs) for _ in self.reqs):
                 self.landed = time.perf_counter()
         return self.landed is not None
 
