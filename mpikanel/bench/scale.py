@@ -39,6 +39,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="push/pull frames compared on sparse workloads (the first sets the target)")
     parser.add_argument("--sync", nargs="+", default=["asp", "bsp"], help="sync models")
     parser.add_argument("--epochs", type=int, default=1)
+    parser.add_argument("--lr", type=float, default=None,
+                        help="learning rate instead of the workload's (a BSP round sums every worker's delta: "
+                             "more workers take a smaller rate)")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0])
     parser.add_argument("--target-loss", type=float, nargs="+", default=None,
                         help="target test loss per workload (default: 1.05 x the K=1 BSP final loss of seed 0)")
@@ -114,6 +117,8 @@ def run(args: argparse.Namespace) -> int:
             for seed in args.seeds:
                 cmd = ["-n", str(k + args.workers), "--servers", str(k), "--sync", sync, "--seed", str(seed),
                        "--push", push, "--epochs", str(args.epochs), *flags]
+                if args.lr is not None:
+                    cmd += ["--lr", str(args.lr)]       # the last --lr wins
                 if target is not None:
                     cmd += ["--target-loss", str(target)]
                 try:

@@ -46,7 +46,7 @@ class FollowerServer:
         self._control_recv.Start()
         core, pool = self.core, self._traffic.pool
         while not core.ended:
-            pool.ensure(True)       # a worker that had left before a resumed cut never pushes
+            pool.ensure()       # a frame stays posted while one is free: any worker may push
             n = len(pool.requests)
             statuses: list[MPI.Status] = []
             done = MPI.Request.Waitsome(pool.requests + [self._control_recv], statuses)

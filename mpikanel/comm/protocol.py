@@ -5,10 +5,11 @@ A frame is one contiguous byte buffer sent as ``MPI.BYTE``:
     [ int64 header x HEADER_INTS | float64 meta x META_FLOATS | float64 payload x n_params ]
 
 Integer fields live in their own int64 section so clocks and counts stay exact
-(a float32 frame is exact only to 2**24). The buffer is preallocated once per peer
-and reused; numpy views give typed access without copies. A frame with the SPARSE flag
-carries ``int64 keys x NNZ | float64 values x NNZ`` as its payload instead of the whole
-range (mpikanel.sparse), and is sent only as long as it is.
+(a float32 frame is exact only to 2**24). Buffers are preallocated and reused; numpy
+views give typed access without copies. A frame with the SPARSE flag carries
+``int64 keys x NNZ | float64 values x NNZ`` as its payload instead of the whole range
+(mpikanel.sparse), and is sent only as long as it is. A reply under dense frames goes
+as two messages: its header and meta (REPLY), then the payload alone (REPLY_DATA).
 """
 from __future__ import annotations
 

@@ -5,8 +5,9 @@ for frames (``Waitsome`` over a pool of persistent ``ANY_SOURCE`` receives, whic
 MPI so an idle server yields the CPU), decodes them, and ``Isend``s the core's answers. The pool
 (:class:`PushPool`) holds as many frames as pushes are held or landing, not one per worker: a
 buffer goes back to the pool once its delta is applied (at once under ASP, SSP and ESP; at the
-round's release under BSP and PSP), and a push that finds no posted buffer waits in MPI. A dense reply is two messages, the worker's small header block
-(REPLY) and its range read in place from a read-only snapshot of the parameters that every reply
+round's release under BSP and PSP), and a push that finds no posted buffer waits in MPI.
+
+A dense reply is two messages, the worker's small header block (REPLY) and its range read in place from a read-only snapshot of the parameters that every reply
 at the same version shares (REPLY_DATA; :class:`ReplySnapshots`), so the server holds a few
 parameter copies, not one per worker. (One message joining both through an hindexed datatype
 was tried first: Intel MPI packs such a send into a temporary copy of its own, 8 MB per pending
@@ -109,9 +110,9 @@ class PushPool:
         self.requests.append(req)
         self.posted += 1
 
-    def ensure(self, listening: bool) -> None:
-        """Post one more buffer if none is posted while a push may still arrive."""
-        if listening and self.posted == 0 and len(self.frames) < self.n_workers:
+    def ensure(self) -> None:
+        """Post one more buffer if none is posted (call it while a push may still arrive)."""
+        if self.posted == 0 and len(self.frames) < self.n_workers:
             self._grow()
 
     def landed(self, indices: list[int], statuses: list[MPI.Status]) -> list[int]:
@@ -368,7 +369,7 @@ class ParameterServer:
         if not self._listening:
             return None
         pool = self._traffic.pool
-        pool.ensure(True)
+        pool.ensure()
         n = len(pool.requests)
         statuses: list[MPI.Status] = []
         done = self._wait_some(pool.requests + self._probe_recv, statuses)

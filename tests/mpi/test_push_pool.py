@@ -9,7 +9,7 @@ pytestmark = pytest.mark.mpi(min_size=3)
 
 def _landed(pool):
     from mpi4py import MPI
-    pool.ensure(True)
+    pool.ensure()
     statuses = []
     done = MPI.Request.Waitsome(pool.requests, statuses)
     return pool.landed(done, statuses)
@@ -37,7 +37,7 @@ def test_pool_stays_small_while_pushes_are_used_up_and_grows_to_the_held_ones():
             held += _landed(pool)
         assert len(pool.frames) == nw and sorted(held) == list(range(nw))
         assert all(pool.frame(w).payload[0] == 100.0 * w + 7 for w in held)
-        pool.ensure(True)                # every worker's one push is held: nothing more can arrive
+        pool.ensure()                # every worker's one push is held: nothing more can arrive
         assert len(pool.frames) == nw
         for w in held:
             pool.release(w)
