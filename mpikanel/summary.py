@@ -86,7 +86,7 @@ def evaluate(s: Any, params: np.ndarray, initial: np.ndarray, losses: list[tuple
         "reply_snapshots_peak": int(getattr(server_stats, "reply_snapshots_peak", 0)),
         # push receive frames server 0 needed (its pool: held deltas plus the ones landing)
         "push_buffers": int(getattr(server_stats, "push_buffers", 0)),
-        "rank0_peak_rss_mb": _peak_rss_mb(),
+        "rank0_peak_rss_mb": peak_rss_mb(),
         "per_worker": workers,
         "config": s.config.to_dict(),
         "versions": {"mpikanel": __version__, "python": platform.python_version(),
@@ -94,7 +94,7 @@ def evaluate(s: Any, params: np.ndarray, initial: np.ndarray, losses: list[tuple
     }
 
 
-def _peak_rss_mb() -> float:
+def peak_rss_mb() -> float:
     """This process's peak resident set size in MiB (ru_maxrss is KiB on Linux)."""
     import resource
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0

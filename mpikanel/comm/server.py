@@ -24,7 +24,6 @@ their key ranges back only for a snapshot, a checkpoint cut and the end.
 """
 from __future__ import annotations
 
-import resource
 import time
 
 import numpy as np
@@ -34,6 +33,7 @@ from ..engine.server_core import Answer, Push, ServerCore, ServerStats
 from ..hetero import ServerDelay, sleep_for
 from ..servermap import ServerMap
 from ..sparse import capacity
+from ..summary import peak_rss_mb
 from .protocol import OP_INTS, Flag, Frame, H, M, Op, Tag, control_ints
 
 __all__ = ["ParameterServer", "ReplySnapshots", "ServerStats"]
@@ -145,11 +145,6 @@ class PushPool:
                 req.Cancel()
                 req.Wait()
             req.Free()
-
-
-def peak_rss_mb() -> float:
-    """This process's peak resident memory in MiB (Linux reports KiB)."""
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
 
 
 def server_report(rank: int, keys: slice, pushes: int, traffic: "Traffic", busy_s: float, wall_s: float) -> dict:
