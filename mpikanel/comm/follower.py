@@ -1,9 +1,9 @@
 """Server ranks 1..K-1: apply and answer exactly as server 0 decides, on their own key range.
 
-Each receives the workers' slices into a pool of frames (:class:`mpikanel.comm.server.PushPool`,
-a frame held from a push's arrival until server 0's REPLY op for it) and keeps one persistent
-receive for server 0's CONTROL messages; :class:`mpikanel.engine.follower_core.FollowerCore` orders the ops
-against the pushes. Replies carry the range from a shared per-version snapshot, like server 0's.
+Each receives the workers' slices into a pool of frames (:class:`mpikanel.comm.server.PushPool`;
+a frame is held from a push's arrival until server 0's REPLY op for it) and keeps one persistent
+receive for server 0's CONTROL messages; :class:`mpikanel.engine.follower_core.FollowerCore`
+orders the ops against the pushes. Replies carry the range from a shared per-version snapshot, like server 0's.
 """
 from __future__ import annotations
 

@@ -26,8 +26,8 @@ class SlicedFrame:
         self.payload = np.zeros(n_params)
         self.ranges = [smap.range(k) for k in range(smap.servers)]
         self.types = []
-        for k, f in enumerate(self.frames):
-            part = self.payload[smap.range(k)]
+        for f, r in zip(self.frames, self.ranges):
+            part = self.payload[r]
             self.types.append(MPI.BYTE.Create_hindexed([f.buf.nbytes, part.nbytes],
                                                        [MPI.Get_address(f.buf), MPI.Get_address(part)]).Commit())
         self.header, self.meta = self.frames[0].header, self.frames[0].meta
