@@ -8,9 +8,8 @@ Integer fields live in their own int64 section so clocks and counts stay exact
 (a float32 frame is exact only to 2**24). Buffers are preallocated and reused; numpy
 views give typed access without copies. A frame with the SPARSE flag carries
 ``int64 keys x NNZ | float64 values x NNZ`` as its payload instead of the whole range
-(mpikanel.sparse), and is sent only as long as it is. Under dense frames a push and a
-reply go as two messages each: the header and meta (PUSH, REPLY), then the payload alone
-(PUSH_DATA, REPLY_DATA), each read and written in place.
+(mpikanel.sparse), and is sent only as long as it is. A reply under dense frames goes
+as two messages: its header and meta (REPLY), then the payload alone (REPLY_DATA).
 """
 from __future__ import annotations
 
@@ -35,7 +34,6 @@ class Tag(IntEnum):
     SERVER_STATS = 18  # server k > 0 -> server 0: its counters at the end (pickled; once)
     REPLY_DATA = 19   # server -> worker, dense frames: the range of a REPLY, sent from the shared
                       # snapshot as its own contiguous message (a joined datatype is packed by MPI)
-    PUSH_DATA = 20    # worker -> server, dense frames: the delta's range of a PUSH, right after it
 
 
 class H(IntEnum):

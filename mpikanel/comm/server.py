@@ -163,18 +163,15 @@ class Traffic:
         self.pool = PushPool(comm, first, capacity(mode, n), n_workers)
         self.outbox = [Frame.allocate(0) for _ in range(n_workers)]     # header + meta only
         self.snapshots = ReplySnapshots(n)
-        self.split = mode == "dense"    # dense pushes and replies: header, then the range (worker.SlicedFrame)
+        self.split = mode == "dense"    # dense replies as header + contiguous range (worker.SlicedFrame)
         self.sends: list[MPI.Request] = [MPI.REQUEST_NULL] * n_workers
         self.data_sends: list[MPI.Request] = [MPI.REQUEST_NULL] * n_workers
         self._kept: list = [None] * n_workers    # a sparse reply's keys and values, until it is sent
         self.received = self.sent = 0
 
     def arrived(self, w: int) -> tuple[Frame, np.ndarray | None, np.ndarray]:
-        """Worker w's push frame, its keys (None: dense) and values; counts its bytes. Under dense
-        frames the header came alone: its range follows (sent with it, so it is on its way)."""
+        """Worker w's push frame, its keys (None: dense) and values; counts its bytes."""
         frame = self.pool.frame(w)
-        if self.split:
-            self.comm.Recv([frame.payload[:self.n], MPI.DOUBLE], source=w + self.first, tag=Tag.PUSH_DATA)
         self.received += frame.nbytes(self.n)
         keys, values = frame.entries(self.n)
         return frame, keys, values

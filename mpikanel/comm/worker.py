@@ -16,24 +16,32 @@ SERVER = 0      # decides for all servers: replies' headers, probes and resumabl
 
 
 class SlicedFrame:
-    """A frame per server sharing one full payload vector. A push to server k, and a reply from
-    it, is two messages read and written in place: header block k (PUSH, REPLY), then server k's
-    key range of the payload (PUSH_DATA, REPLY_DATA). One message joining both through a derived
-    datatype would be packed by MPI into a copy of its own (Intel MPI: the whole range)."""
+    """A frame per server sharing one full payload vector: a push to server k is header block k
+    followed by server k's key range of the payload (an hindexed datatype, committed once); a
+    reply from it lands as two messages, the header block (REPLY) and the range (REPLY_DATA),
+    each straight where it belongs."""
 
     def __init__(self, n_params: int, smap: ServerMap) -> None:
         self.frames = [Frame.allocate(0) for _ in range(smap.servers)]
         self.payload = np.zeros(n_params)
         self.ranges = [smap.range(k) for k in range(smap.servers)]
+        self.types = []
+        for f, r in zip(self.frames, self.ranges):
+            part = self.payload[r]
+            self.types.append(MPI.BYTE.Create_hindexed([f.buf.nbytes, part.nbytes],
+                                                       [MPI.Get_address(f.buf), MPI.Get_address(part)]).Commit())
         self.header, self.meta = self.frames[0].header, self.frames[0].meta
 
-    def messages(self, tag: Tag) -> list[tuple[list, int, Tag]]:
-        """(buffer spec, server, tag) of every message of a push (tag PUSH) or reply (REPLY): per
-        server, its header block, then its range of the payload."""
-        data = Tag.PUSH_DATA if tag == Tag.PUSH else Tag.REPLY_DATA
+    def specs(self) -> list:
+        """One MPI buffer spec per server, in rank order."""
+        return [[MPI.BOTTOM, 1, t] for t in self.types]
+
+    def receives(self, tag: Tag) -> list[tuple[list, int, Tag]]:
+        """(buffer spec, source, tag) of every message a reply arrives in: per server, its header
+        block and its range of the payload."""
         out = []
         for k, (f, r) in enumerate(zip(self.frames, self.ranges)):
-            out += [([f.buf, MPI.BYTE], k, tag), ([self.payload[r], MPI.DOUBLE], k, data)]
+            out += [([f.buf, MPI.BYTE], k, tag), ([self.payload[r], MPI.DOUBLE], k, Tag.REPLY_DATA)]
         return out
 
     def pack(self) -> int:
@@ -53,6 +61,12 @@ class SlicedFrame:
         for f in self.frames[1:]:
             f.buf[:] = self.frames[0].buf
 
+    def free(self) -> None:
+        """Free the datatypes."""
+        for t in self.types:
+            t.Free()
+        self.types = []
+
 
 class PackedFrames:
     """A frame per server holding its range of a push or reply, dense or SPARSE (mpikanel.sparse),
@@ -67,11 +81,12 @@ class PackedFrames:
         self.nnz = [-1] * len(self.frames)                      # keys per frame (-1: dense)
         self.header, self.meta = self.frames[0].header, self.frames[0].meta
 
-    def messages(self, tag: Tag) -> list[tuple[list, int, Tag]]:
-        """(buffer spec, server, tag) of every message of a push or reply: one frame per server
-        (a push sends its packed bytes, a reply may fill the whole frame)."""
-        if tag == Tag.PUSH:
-            return [([f.buf, c, MPI.BYTE], k, tag) for k, (f, c) in enumerate(zip(self.frames, self.counts))]
+    def specs(self) -> list:
+        """One MPI buffer spec per server: the packed bytes of each frame."""
+        return [[f.buf, c, MPI.BYTE] for f, c in zip(self.frames, self.counts)]
+
+    def receives(self, tag: Tag) -> list[tuple[list, int, Tag]]:
+        """(buffer spec, source, tag) of every message a reply arrives in: one frame per server."""
         return [([f.buf, MPI.BYTE], k, tag) for k, f in enumerate(self.frames)]
 
     def has(self, flag: Flag) -> bool:
@@ -140,6 +155,9 @@ class PackedFrames:
         values = np.concatenate([v for (_, v), _ in parts])
         return keys, values, nbytes
 
+    def free(self) -> None:
+        """Nothing to free (no datatypes)."""
+
 
 class _Flight:
     """One request/answer exchange with the servers: its requests, a deferred send, when it landed."""
@@ -148,7 +166,7 @@ class _Flight:
         self.comm, self.send_tag, self.recv_tag = comm, send_tag, recv_tag
         self.out, self.inp = out, inp
         self.framed = not isinstance(out, Frame)    # a push (frames per server), not a header-only probe
-        self._in = inp.messages(recv_tag) if self.framed else [([inp.buf, MPI.BYTE], SERVER, recv_tag)]
+        self._in = inp.receives(recv_tag) if self.framed else [([inp.buf, MPI.BYTE], SERVER, recv_tag)]
         self.reqs: list[MPI.Request] = []
         self.t_sent = 0.0
         self.send_at: float | None = None   # deferred Isend (injected link delay)
@@ -167,9 +185,8 @@ class _Flight:
 
     def _send(self) -> None:
         self.send_at = None
-        # a push: the messages of its frames now (a packed frame's length changes); a probe: to server 0
-        out = self.out.messages(self.send_tag) if self.framed else [([self.out.buf, MPI.BYTE], SERVER, self.send_tag)]
-        self.reqs.extend(self.comm.Isend(spec, dest=k, tag=tag) for spec, k, tag in out)
+        specs = self.out.specs() if self.framed else [[self.out.buf, MPI.BYTE]]    # probes: to server 0
+        self.reqs.extend(self.comm.Isend(spec, dest=k, tag=self.send_tag) for k, spec in enumerate(specs))
 
     def poll(self) -> bool:
         """Send a due deferred request, then test; True once landed (caller holds MPI)."""
@@ -316,6 +333,9 @@ class WorkerClient:
             self._armed.set()
             self._thread.join(timeout=5.0)
             self._thread = None
+        if not self._ex.reqs:           # datatypes of a flight still pending stay (the run is ending anyway)
+            self.out.free()
+            self.inp.free()
 
     # --- pushes ---------------------------------------------------------------------------------
 

@@ -14,14 +14,13 @@ STEP_S = 0.3
 
 
 def _echo_server(comm, n_params: int, exchanges: int) -> None:
-    """Rank 0: answer each push at once with the payload + 1 (dense frames: header, then range)."""
+    """Rank 0: answer each push at once with the payload + 1 (a dense reply: header, then range)."""
     from mpi4py import MPI
 
     from mpikanel.comm.protocol import PAYLOAD_OFFSET, Frame, Tag
     frame = Frame.allocate(n_params)
     for _ in range(exchanges):
-        comm.Recv([frame.buf[:PAYLOAD_OFFSET], MPI.BYTE], source=1, tag=Tag.PUSH)
-        comm.Recv([frame.payload, MPI.DOUBLE], source=1, tag=Tag.PUSH_DATA)
+        comm.Recv([frame.buf, MPI.BYTE], source=1, tag=Tag.PUSH)
         frame.payload += 1.0
         comm.Send([frame.buf[:PAYLOAD_OFFSET], MPI.BYTE], dest=1, tag=Tag.REPLY)
         comm.Send([frame.payload, MPI.DOUBLE], dest=1, tag=Tag.REPLY_DATA)
