@@ -231,7 +231,7 @@ def train(config: TrainConfig | dict | None = None, comm=None, _stop: StopSignal
             server_stats, recorder, written = _serve(comm, s, params, initial, ckpt, stop)
             stats = WorkerStats(rank=0, rows=0, produced=np.zeros(s.n_params))
         elif rank < k:
-            _follow(comm, s, params)
+            _follow(comm, s, params, initial)
             stats = WorkerStats(rank=rank, rows=0, produced=np.zeros(s.n_params))
             server_stats = recorder = written = None
         else:
@@ -240,7 +240,8 @@ def train(config: TrainConfig | dict | None = None, comm=None, _stop: StopSignal
         wall = time.perf_counter() - t0
         comm.Bcast(params, root=0)
         summary = _finish(comm, s, params, initial, stats, server_stats, recorder, wall,
-                          {"resumed_from": resumed_from, "checkpoint": written,
+                          {"resumed_from": resumed_from, "checkpoint": written[-1]["path"] if written else None,
+                           "checkpoints_written": written,
                            "reshaped": ckpt.server.get("reshaped") if ckpt is not None else None,
                            "elapsed_before_s": ckpt.elapsed_s if ckpt is not None else 0.0,
                            "load_avg_before": load_before, "load_avg_after": os.getloadavg()[0],
@@ -254,8 +255,6 @@ def train(config: TrainConfig | dict | None = None, comm=None, _stop: StopSignal
 
 def _load_resume(config: TrainConfig, ranks: int, s: Setup):
     """Rank 0: the checkpoint to resume (or None for 'latest' in an empty directory) and its path."""
-    if config.checkpoint_dir:
-        ckpt_mod.clean_temporaries(config.checkpoint_dir)
     if config.resume == "latest":
         ckpt, notes = ckpt_mod.load_latest(config.checkpoint_dir)
         for note in notes:
@@ -294,26 +293,42 @@ def _serve(comm, s: Setup, params: np.ndarray, initial: np.ndarray, ckpt, stop: 
         total = sum(s.plan.total_steps(b - a) for a, b in
                     (shard_range(s.train_rows, n_workers, w) for w in range(n_workers)))
     recorder = SnapshotRecorder(config.snapshot_interval)
-    written: list[str] = []
+    written: list[dict] = []     # each checkpoint: where, how big, how long it held and wrote
     control = None
     if config.checkpoint_dir:
         ckpt_mod.clean_temporaries(config.checkpoint_dir)
         every_s, every_steps = ckpt_mod.parse_every(config.checkpoint_every)
         elapsed_before = ckpt.elapsed_s if ckpt is not None else 0.0
+        keys = s.servers.range(0)
+        ranges = [(r.start, r.stop) for r in (s.servers.range(k) for k in range(config.servers))]
 
         def write(server, reason: str, final: bool) -> None:
+            seq = control.seq
+            t_own = time.perf_counter()
+            others = server.parts(seq)          # the other servers write theirs meanwhile
             meta, arrays = server.state()
-            states = [server.worker_states[w] for w in range(n_workers)]
+            unapplied = arrays.pop("unapplied", None)
+            parts = [ckpt_mod.write_server_part(config.checkpoint_dir, seq, 0, keys, params[keys], initial[keys],
+                                                None if unapplied is None else unapplied[keys], (meta, arrays),
+                                                ckpt_mod.hold_s(0, seq))]
+            own_s = time.perf_counter() - t_own
+            parts += others()
+            parts += [server.worker_parts[w] for w in range(n_workers)]
             elapsed = elapsed_before + time.perf_counter() - server.t_start
-            path = ckpt_mod.save(config.checkpoint_dir, ckpt_mod.Checkpoint(
-                params=params, initial=initial, config=config.to_dict(), ranks=n_workers + 1,
-                sync=config.sync, model=s.model.name, server=meta, server_arrays=arrays, workers=states,
-                elapsed_s=elapsed, final=final, reason=reason), keep=config.keep_checkpoints)
-            written.append(str(path))
+            run = ckpt_mod.run_fields(config.to_dict(), n_workers + 1, ranges, config.sync, s.model.name, elapsed,
+                                      final, reason)
+            path = ckpt_mod.commit(config.checkpoint_dir, seq, run, parts, keep=config.keep_checkpoints)
+            done = time.perf_counter() - server.t_start
+            # hold: the cut waiting for every worker's push; write: from its answers to the commit
+            written.append({"path": str(path), "seq": seq, "reason": reason, "files": len(parts),
+                            "bytes": sum(int(q["bytes"]) for q in parts), "hold_s": server.cut_answered_at - server.cut_asked_at,
+                            "write_s": done - server.cut_answered_at, "server0_part_s": own_s,
+                            "pause_s": done - server.cut_asked_at})
             if not config.quiet:
                 print(f"mpikanel: checkpoint ({reason}) written to {path}", flush=True)
 
-        control = ckpt_mod.CheckpointControl(every_s, every_steps, stop.requested, write)
+        control = ckpt_mod.CheckpointControl(every_s, every_steps, stop.requested, write,
+                                             seq=ckpt_mod.next_seq(config.checkpoint_dir))
     policy = policy_for(config, n_workers)
     budget = budget_for(config, n_workers, s.train_rows)
     service = ServerDelay(config.server_delay, config.seed) if config.server_delay else None
@@ -322,19 +337,28 @@ def _serve(comm, s: Setup, params: np.ndarray, initial: np.ndarray, ckpt, stop: 
         if ckpt is not None:
             core.restore(ckpt.server, ckpt.server_arrays)
             if not ckpt.server.get("reshaped"):
-                core.worker_states = dict(enumerate(ckpt.workers))
+                # a worker that has left writes no part again: later checkpoints link its last one
+                core.worker_parts = {int(e["index"]): {**e, "path": str((ckpt.path / e["file"]).resolve())}
+                                     for e in ckpt.parts if e["role"] == "worker"}
         probes = schedule_for(config, n_workers).uses_probes
         stats = ParameterServer(comm, core, service, probes=probes, servers=s.servers).run()
-    return stats, recorder, (written[-1] if written else None)
+    return stats, recorder, written
 
 
-def _follow(comm, s: Setup, params: np.ndarray) -> None:
+def _follow(comm, s: Setup, params: np.ndarray, initial: np.ndarray) -> None:
     """Server ranks 1..K-1: serve their key range as rank 0 decides."""
     from .comm.follower import FollowerServer
 
-    config = s.config
+    config, k = s.config, comm.Get_rank()
     service = ServerDelay(config.server_delay, config.seed) if config.server_delay else None
-    FollowerServer(comm, params, s.servers, comm.Get_size() - config.servers, service, s.push_mode).run()
+    keys = s.servers.range(k)
+
+    def write_part(seq: int, own: np.ndarray, unapplied: np.ndarray | None) -> dict:
+        return ckpt_mod.write_server_part(config.checkpoint_dir, seq, k, keys, own, initial[keys], unapplied,
+                                          pause_s=ckpt_mod.hold_s(k, seq))
+
+    FollowerServer(comm, params, s.servers, comm.Get_size() - config.servers, service, s.push_mode,
+                   write_part if config.checkpoint_dir else None).run()
 
 
 def _work(comm, s: Setup, params: np.ndarray, w: int, state: dict | None, stop: StopSignals) -> WorkerStats:
@@ -346,6 +370,11 @@ def _work(comm, s: Setup, params: np.ndarray, w: int, state: dict | None, stop: 
     rank = w + 1                    # the worker's rank as with one server
     client = WorkerClient(comm, s.n_params, servers=s.servers, push_mode=s.push_mode)
     client.stop_requested = stop.requested
+    if config.checkpoint_dir:
+        def write_part(saved: dict, seq: int) -> dict:
+            return ckpt_mod.write_worker_part(config.checkpoint_dir, seq, w, saved,
+                                              pause_s=ckpt_mod.hold_s(comm.Get_rank(), seq))
+        client.write_part = write_part
     plan = s.plan
     if state is not None and "reshaped_seq" in state:
         # a start on another worker count: a new pass over the new shard, in a new order, on the

@@ -46,3 +46,8 @@ def run_train(n: int, *args: str, tmp_path: Path | None = None, timeout: float =
         pytest.fail(f"deadlock or hang: {' '.join(cmd)} did not finish in {timeout}s\n{exc.stderr}")
     data = json.loads(summary.read_text()) if summary is not None and summary.exists() else None
     return proc, data
+
+
+def checkpoints(directory: Path) -> list[Path]:
+    """The complete checkpoints (``ckpt-NNNNNN/`` with a manifest) in a --checkpoint-dir, oldest first."""
+    return sorted(p.parent for p in Path(directory).glob("ckpt-*/manifest.json"))

@@ -1,5 +1,6 @@
-"""Checkpoint files: atomic writes, keep-last-N, validation of corrupted/foreign/incompatible files."""
-import os
+"""Checkpoint directories: parts and manifest, keep-last-N, validation of corrupted, missing,
+interrupted, foreign and incompatible checkpoints."""
+import json
 
 import h5py
 import numpy as np
@@ -22,27 +23,32 @@ def make(n=50, workers=2, **kw):
 def test_round_trip(tmp_path):
     c = make()
     path = ck.save(tmp_path, c)
-    assert path.name == "ckpt-000001.h5"
+    assert path.name == "ckpt-000001" and path.is_dir()
+    assert sorted(p.name for p in path.iterdir()) == ["manifest.json", "server-0.h5", "worker-00000.h5",
+                                                      "worker-00001.h5"]
     d = ck.load(path)
     assert np.array_equal(d.params, c.params) and d.server == c.server and d.config == c.config
     assert d.workers[1]["state"] == c.workers[1]["state"]
     assert np.array_equal(d.workers[0]["unsent"], c.workers[0]["unsent"])
-    with h5py.File(path) as f:
-        assert f["params"].fletcher32 and f["params"].compression == "gzip"
+    manifest = json.loads((path / "manifest.json").read_text())
+    assert manifest["schema"] == 2 and manifest["key_ranges"] == [[0, 50]] and manifest["ranks"] == 3
+    for entry in manifest["files"]:
+        assert entry["bytes"] == (path / entry["file"]).stat().st_size
+        assert entry["sha256"] == ck.sha256_of(path / entry["file"])
+    assert ck.load(path / "manifest.json").seq == 1
 
 
 def test_keep_last_n_and_latest(tmp_path):
     for _ in range(5):
         ck.save(tmp_path, make(), keep=2)
-    assert [p.name for p in ck.checkpoint_paths(tmp_path)] == ["ckpt-000005.h5", "ckpt-000004.h5"]
+    assert [p.name for p in ck.checkpoint_paths(tmp_path)] == ["ckpt-000005", "ckpt-000004"]
     latest, notes = ck.load_latest(tmp_path)
     assert latest.seq == 5 and notes == []
 
 
 def flip_byte_in(path, dataset="params"):
     with h5py.File(path) as f:
-        offset = f[dataset].id.get_offset() if f[dataset].chunks is None else \
-            f[dataset].id.get_chunk_info(0).byte_offset
+        offset = f[dataset].id.get_offset()
     with open(path, "r+b") as fh:
         fh.seek(offset + 5)
         b = fh.read(1)
@@ -50,35 +56,48 @@ def flip_byte_in(path, dataset="params"):
         fh.write(bytes([b[0] ^ 0xFF]))
 
 
-def test_flipped_byte_is_detected_and_latest_falls_back(tmp_path):
+@pytest.mark.parametrize("part,dataset", [("server-0.h5", "params"), ("worker-00001.h5", "unsent"),
+                                          ("worker-00000.h5", "order")])
+def test_flipped_byte_in_any_part_is_refused_naming_the_file_and_latest_falls_back(tmp_path, part, dataset):
     ck.save(tmp_path, make())
     newest = ck.save(tmp_path, make())
-    flip_byte_in(newest)
-    with pytest.raises(InputError, match="ckpt-000002.h5: corrupted"):
+    flip_byte_in(newest / part, dataset)
+    with pytest.raises(InputError, match=f"ckpt-000002/{part}: checksum mismatch"):
         ck.load(newest)
     latest, notes = ck.load_latest(tmp_path)
-    assert latest.seq == 1 and "ckpt-000002.h5" in notes[0]
+    assert latest.seq == 1 and f"ckpt-000002/{part}" in notes[0]
 
 
-def test_truncated_and_foreign_files(tmp_path):
+def test_truncated_missing_and_foreign(tmp_path):
     path = ck.save(tmp_path, make())
-    data = path.read_bytes()
-    path.write_bytes(data[: len(data) // 2])
-    with pytest.raises(InputError, match="corrupted or truncated"):
+    part = path / "worker-00000.h5"
+    data = part.read_bytes()
+    part.write_bytes(data[: len(data) // 2])
+    with pytest.raises(InputError, match=r"worker-00000.h5: \d+ bytes, the manifest says"):
         ck.load(path)
-    other = tmp_path / "other.h5"
-    with h5py.File(other, "w") as f:
-        f["x"] = 1
+    part.unlink()
+    with pytest.raises(InputError, match="worker-00000.h5: missing"):
+        ck.load(path)
+    (path / "manifest.json").write_text("{not json")
+    with pytest.raises(InputError, match="corrupted manifest"):
+        ck.load(path)
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "manifest.json").write_text('{"format": "something else"}')
     with pytest.raises(InputError, match="not an mpikanel checkpoint"):
         ck.load(other)
+    old = tmp_path / "ckpt-000009.h5"
+    old.write_bytes(b"x")
+    with pytest.raises(InputError, match="not a checkpoint directory"):
+        ck.load(old)
     with pytest.raises(InputError, match="no such checkpoint"):
-        ck.load(tmp_path / "missing.h5")
+        ck.load(tmp_path / "missing")
 
 
 def test_wrong_schema(tmp_path):
     path = ck.save(tmp_path, make())
-    with h5py.File(path, "r+") as f:
-        f.attrs["schema"] = 99
+    m = json.loads((path / "manifest.json").read_text())
+    (path / "manifest.json").write_text(json.dumps({**m, "schema": 99}))
     with pytest.raises(InputError, match="schema 99"):
         ck.load(path)
 
@@ -96,12 +115,54 @@ def test_incompatible_run(tmp_path):
     ck.check_compatible(c, 3, "bsp", "softmax", 50)
 
 
-def test_stale_temporaries_are_removed_and_never_loaded(tmp_path):
+def test_a_checkpoint_without_manifest_is_never_loaded_and_is_cleaned(tmp_path):
     ck.save(tmp_path, make())
-    junk = tmp_path / ".ckpt-000002.h5.tmp-123"
-    junk.write_bytes(b"half a file")
-    assert [p.name for p in ck.checkpoint_paths(tmp_path)] == ["ckpt-000001.h5"]
-    assert ck.clean_temporaries(tmp_path) == [junk] and not junk.exists()
+    c = make()
+    # an interrupted write: both parts there, the manifest never written
+    ck.write_server_part(tmp_path, 2, 0, slice(0, 50), c.params, c.initial, book=(c.server, c.server_arrays))
+    ck.write_worker_part(tmp_path, 2, 0, c.workers[0])
+    (tmp_path / "ckpt-000002" / ".worker-00001.h5.tmp-123").write_bytes(b"half a file")
+    with pytest.raises(InputError, match="incomplete checkpoint"):
+        ck.load(tmp_path / "ckpt-000002")
+    latest, notes = ck.load_latest(tmp_path)
+    assert latest.seq == 1 and "ckpt-000002: incomplete checkpoint" in notes[0]
+    assert ck.next_seq(tmp_path) == 3
+    assert ck.clean_temporaries(tmp_path) == [tmp_path / "ckpt-000002"]
+    assert [p.name for p in ck.checkpoint_paths(tmp_path)] == ["ckpt-000001"] and ck.next_seq(tmp_path) == 2
+
+
+def test_parts_of_several_servers_assemble_the_model(tmp_path):
+    c = make()
+    ranges = [(0, 20), (20, 50)]
+    unapplied = np.arange(50.0)
+    parts = [ck.write_server_part(tmp_path, 1, k, slice(a, b), c.params[a:b], c.initial[a:b], unapplied[a:b],
+                                  (c.server, c.server_arrays) if k == 0 else None)
+             for k, (a, b) in enumerate(ranges)][::-1]            # the manifest's order does not matter
+    parts += [ck.write_worker_part(tmp_path, 1, w, saved) for w, saved in enumerate(c.workers)]
+    run = ck.run_fields(c.config, 3, ranges, "bsp", "softmax", 1.0, False, "periodic")
+    d = ck.load(ck.commit(tmp_path, 1, run, parts))
+    assert d.servers == 2 and np.array_equal(d.params, c.params) and np.array_equal(d.initial, c.initial)
+    assert np.array_equal(d.server_arrays["unapplied"], unapplied) and d.server == c.server
+
+
+def test_a_part_of_an_earlier_checkpoint_is_linked_in_and_outlives_it(tmp_path):
+    c = make()
+    first = ck.load(ck.save(tmp_path, c, keep=1))
+    done = next(e for e in first.parts if e["file"] == "worker-00001.h5")   # a worker that has left
+    done = {**done, "path": str(first.path / done["file"])}
+    parts = [ck.write_server_part(tmp_path, 2, 0, slice(0, 50), c.params, c.initial, book=(c.server, c.server_arrays)),
+             ck.write_worker_part(tmp_path, 2, 0, c.workers[0]), done]
+    second = ck.commit(tmp_path, 2, ck.run_fields(c.config, 3, [(0, 50)], "bsp", "softmax", 2.0, True, "end"),
+                       parts, keep=1)
+    assert not first.path.exists()                               # keep=1 removed the first checkpoint
+    assert done["path"] == str((second / "worker-00001.h5").resolve())
+    d = ck.load(second)
+    assert np.array_equal(d.workers[1]["unsent"], c.workers[1]["unsent"]) and d.final
+
+
+def test_hold_applies_to_one_rank_and_checkpoint(monkeypatch):
+    monkeypatch.setenv(ck.HOLD_ENV, "2:3")
+    assert ck.hold_s(2, 3) == ck.HOLD_S and ck.hold_s(2, 2) == 0 == ck.hold_s(1, 3)
 
 
 def test_parse_every():
@@ -128,16 +189,19 @@ def test_works_without_file_locking(tmp_path, monkeypatch):
 def test_inspect_lists_checkpoints_verified_and_says_what_resume_latest_loads(tmp_path, capsys):
     ck.save(tmp_path, make())
     newest = ck.save(tmp_path, make())
-    flip_byte_in(newest)
+    flip_byte_in(newest / "server-0.h5")
     assert ck.main(["inspect", str(tmp_path)]) == 0
     out = capsys.readouterr().out.splitlines()
-    assert out[0].startswith(f"{newest}: INVALID") and "corrupted" in out[0]
-    assert "ckpt-000001.h5: valid; seq 1, 3 ranks, --sync bsp, softmax (50 params)" in out[1]
-    assert out[2].endswith("ckpt-000001.h5")
-    assert ck.main(["inspect", "--json", str(tmp_path / "ckpt-000001.h5")]) == 0
-    import json
+    assert out[0].startswith(f"{newest}: INVALID") and "server-0.h5: checksum mismatch" in out[0]
+    assert "ckpt-000001: valid; seq 1, 2 workers, 1 server, --sync bsp, softmax (50 params)" in out[1]
+    assert "3 files" in out[1]
+    assert out[2].endswith("ckpt-000001")
+    assert ck.main(["inspect", str(tmp_path / "ckpt-000001")]) == 0     # one checkpoint: its parts too
+    out = capsys.readouterr().out.splitlines()
+    assert out[1].startswith("  server-0.h5: server 0, ") and out[3].startswith("  worker-00001.h5: worker 1, ")
+    assert ck.main(["inspect", "--json", str(tmp_path / "ckpt-000001")]) == 0
     rows = json.loads(capsys.readouterr().out)["checkpoints"]
-    assert len(rows) == 1 and rows[0]["valid"] and rows[0]["n_params"] == 50
+    assert len(rows) == 1 and rows[0]["valid"] and rows[0]["n_params"] == 50 and len(rows[0]["files"]) == 3
     assert ck.main(["inspect", str(tmp_path / "nowhere")]) == 2
     assert "no such checkpoint" in capsys.readouterr().err
 

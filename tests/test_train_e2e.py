@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from launch import clean_env, mpiexec, run_train
+from launch import checkpoints, clean_env, mpiexec, run_train
 
 FASHION = Path("/usr/share/datasets/fashion-mnist")
 SMALL = ["--synthetic-rows", "20000", "--epochs", "2"]
@@ -95,9 +95,9 @@ def test_killed_worker_ends_the_job(tmp_path):
         # kill mid-training (a checkpoint was written), not during MPI start-up: a rank lost before
         # MPI_Init completes is the launcher's start-up failure, not what this test is about
         deadline = time.time() + 240
-        while not list(ck.glob("ckpt-*.h5")) and proc.poll() is None and time.time() < deadline:
+        while not checkpoints(ck) and proc.poll() is None and time.time() < deadline:
             time.sleep(0.1)
-        assert proc.poll() is None and list(ck.glob("ckpt-*.h5")), "training never started"
+        assert proc.poll() is None and checkpoints(ck), "training never started"
         kill_rank(victim, 2)
         proc.wait(timeout=30)  # the launcher must tear the job down within seconds
     except subprocess.TimeoutExpired:
@@ -196,7 +196,7 @@ def test_save_model_and_export_checkpoint_give_the_runs_test_accuracy(tmp_path):
     model = load_model(tmp_path / "model.h5")
     assert model.score(test.X, labels) == pytest.approx(s["test_accuracy"], abs=1e-3)
     # the final checkpoint holds the same parameters: exported, it is the same model
-    final = sorted(ck.glob("ckpt-*.h5"))[-1]
+    final = checkpoints(ck)[-1]
     assert predict_main(["--export", str(final), "--model", str(tmp_path / "export.h5")]) == 0
     assert np.array_equal(load_model(tmp_path / "export.h5").params, model.params)
 

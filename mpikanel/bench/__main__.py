@@ -15,6 +15,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "psp-plan": ("mpikanel.bench.psp_plan", "PSP planning time per round and per push at 100 to 10,000 workers"),
     "simcheck": ("mpikanel.bench.simcheck", "replay real runs in the simulator and compare wait, pushes, staleness"),
     "scale": ("mpikanel.bench.scale", "K server ranks: pushes/s, bytes and CPU per push per server, peak RSS, held time"),
+    "checkpoint": ("mpikanel.bench.checkpoint", "checkpoint write time and training pause vs np.save of the same bytes"),
 }
 
 

@@ -49,7 +49,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", metavar="DIR", help="write results.json and results.md here")
 
 
-def _run(flags: list[str], timeout: float) -> dict:
+def run_summary(flags: list[str], timeout: float) -> dict:
+    """Run `mpiexec FLAGS[:2] python -m mpikanel.train FLAGS[2:]` quietly; its summary JSON."""
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "summary.json"
         cmd = [find_mpiexec(), *flags[:2], sys.executable, "-m", "mpikanel.train", "--quiet", "--progress", "off",
@@ -122,14 +123,14 @@ def run(args: argparse.Namespace) -> int:
                 if target is not None:
                     cmd += ["--target-loss", str(target)]
                 try:
-                    s = _run(cmd, args.timeout)
+                    s = run_summary(cmd, args.timeout)
                 except (RuntimeError, subprocess.TimeoutExpired) as exc:
                     print(f"mpikanel bench: {wl} {sync} {push} K={k} seed {seed} failed: {exc}", file=sys.stderr)
                     failed += 1
                     continue
                 if target is None:          # the first case (BSP, K = 1, the first push mode)
                     target = round(1.05 * s["test_loss"], 4)
-                    s = _run(cmd + ["--target-loss", str(target)], args.timeout)
+                    s = run_summary(cmd + ["--target-loss", str(target)], args.timeout)
                 rows.append(row(wl, k, sync, seed, s))
                 r = rows[-1]
                 print(f"  {wl} {sync} {push} K={k} seed {seed}: {r['pushes_per_s']:.0f} pushes/s, "

@@ -8,6 +8,7 @@ orders the ops against the pushes. Replies carry the range from a shared per-ver
 from __future__ import annotations
 
 import time
+from typing import Callable
 
 import numpy as np
 from mpi4py import MPI
@@ -25,8 +26,11 @@ class FollowerServer:
     """Server rank k > 0 of a ServerMap: replays server 0's ops on ``params[smap.range(k)]``."""
 
     def __init__(self, comm: MPI.Comm, params: np.ndarray, smap: ServerMap, n_workers: int,
-                 service: ServerDelay | None = None, push_mode: str = "dense") -> None:
+                 service: ServerDelay | None = None, push_mode: str = "dense",
+                 write_part: Callable[[int, np.ndarray, np.ndarray | None], dict] | None = None) -> None:
+        """``write_part(seq, range, unapplied)`` writes this rank's part of checkpoint seq (its manifest entry)."""
         self.comm = comm
+        self.write_part = write_part
         self.rank = comm.Get_rank()
         self.keys = smap.range(self.rank)
         self.first = smap.first_worker()
@@ -88,6 +92,9 @@ class FollowerServer:
             if arg:
                 scaled = core.unapplied if core.unapplied is not None else np.zeros_like(core.params)
                 self.comm.Send([scaled, MPI.DOUBLE], dest=PRIMARY, tag=Tag.SLICE)
+        elif op is Op.CHECKPOINT:
+            part = self.write_part(int(arg), core.params, core.unapplied)
+            self.comm.send(part, dest=PRIMARY, tag=Tag.STATE)
         elif op is Op.END:
             report = server_report(self.rank, self.keys, self._pushes, self._traffic, self._busy_s, now)
             report["deltas_applied"] = core.deltas_applied

@@ -26,7 +26,8 @@ class Tag(IntEnum):
 
     PUSH = 11    # worker -> server: header + delta
     REPLY = 12   # server -> worker: header + fresh parameters
-    STATE = 13   # worker -> server: pickled resumable state (checkpoints, end of run; rare)
+    STATE = 13   # worker, server k > 0 -> server 0: the manifest entry of the checkpoint part it
+                 # wrote (pickled, small; checkpoints and a worker's last push only)
     PROBE = 14        # worker -> server: header-only "what would a push cost now?" (ESP)
     PROBE_REPLY = 15  # server -> worker: header-only answer, sent at once (even while holding)
     CONTROL = 16      # server 0 -> server k > 0: the ops that replay its decisions (int64, see Op)
@@ -49,6 +50,7 @@ class H(IntEnum):
     SAMPLES = 6    # push: training samples folded into this delta (counted against the budget)
     LEASE = 7      # reply: samples the worker may process beyond the push this reply answers
     NNZ = 8        # push, reply with the SPARSE flag: keys in the payload (mpikanel.sparse layout)
+    SEQ = 9        # reply with CHECKPOINT: the number of the checkpoint to write this worker's part into
 
 
 class M(IntEnum):
@@ -68,7 +70,7 @@ class Flag(IntEnum):
     DONE = 1            # push: worker's last push; it leaves every barrier afterwards
     STOP = 2            # reply: stop after sending your state (the run checkpointed; resume later)
     HAS_DELTA = 4       # push: payload carries a delta (else header-only)
-    CHECKPOINT = 8      # reply: send your resumable state now
+    CHECKPOINT = 8      # reply: write your part of checkpoint SEQ now, send the server its manifest entry
     STOP_REQUEST = 16   # push: this worker got SIGTERM/SIGUSR1; checkpoint and stop the run
     FINISH = 32         # reply: the work budget is spent: push your unsent work as DONE and leave
     CRITICAL = 64       # reply (PSP): your push closes the next round: push on plan and block
@@ -82,15 +84,16 @@ class Op(IntEnum):
     APPLY = 1   # add worker w's waiting delta; arg: the scale's float64 bits
     REPLY = 2   # answer worker w with your range now; arg: 1 = listen for its next push
     SLICE = 3   # send your range to server 0 (SLICE tag); arg: 1 = and what was scaled away
-    END = 4     # every worker has left: send your stats and range, then stop
+    END = 4     # every worker has left: send your stats, then stop
+    CHECKPOINT = 5  # write your part of checkpoint number arg, send its manifest entry (STATE tag)
 
 
 OP_INTS = 3
 
 
 def control_ints(n_workers: int) -> int:
-    """Length of a CONTROL buffer: every worker applied and answered, plus a slice and an end."""
-    return 1 + OP_INTS * (2 * n_workers + 2)
+    """Length of a CONTROL buffer: every worker applied and answered, plus a slice, a checkpoint and an end."""
+    return 1 + OP_INTS * (2 * n_workers + 3)
 
 
 def scale_bits(scale: float) -> int:

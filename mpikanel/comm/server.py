@@ -20,7 +20,7 @@ at once, before the pushes that arrived with it (so a probe also sees them queue
 With several servers (``ServerMap``) this is server 0, the one that decides: its core keeps the
 book for all of them, and every apply and answer it makes is replayed on servers 1..K-1
 (:class:`mpikanel.comm.follower.FollowerServer`) through small CONTROL messages of ops; they send
-their key ranges back only for a snapshot, a checkpoint cut and the end.
+their key ranges back only for a snapshot and the end, and write their own parts of a checkpoint.
 """
 from __future__ import annotations
 
@@ -246,7 +246,7 @@ class ParameterServer:
         self._control_sends: list[MPI.Request] = []
         self._ended = False
         if self._followers:
-            core.lead(keys, self._gather)
+            core.lead(keys, self._gather, self._parts)
 
     def run(self) -> ServerStats:
         """Serve until every worker has sent its last push (or a stop checkpoint ends the run)."""
@@ -279,10 +279,9 @@ class ParameterServer:
                     self._listening += 1
             self._flush()               # the other servers answer too (a worker waits for all of them)
             for w in core.collect:
-                core.worker_states[w] = self.comm.recv(source=w + self.first, tag=Tag.STATE)
+                core.worker_parts[w] = self.comm.recv(source=w + self.first, tag=Tag.STATE)
             core.cut_done(self._now())
             core.stats.busy_s += time.perf_counter() - t0
-        reports = self._end_followers()
         self._traffic.wait_sent()
         pool.close()
         for req in self._probe_recv:    # still posted: no worker probes after its last push
@@ -292,7 +291,8 @@ class ParameterServer:
         MPI.Request.Waitall(self._probe_send)
         core.stats.reply_snapshots_peak = self._traffic.snapshots.peak
         core.stats.push_buffers = len(pool.frames)
-        stats = core.finish(self._now())
+        stats = core.finish(self._now())    # the other servers' final ranges, and parts of the last checkpoint
+        reports = self._end_followers()
         own = server_report(0, self.smap.range(0), int(stats.pushes.sum()), self._traffic, stats.busy_s, stats.wall_s)
         stats.servers = [own] + reports
         return stats
@@ -336,16 +336,20 @@ class ParameterServer:
             if core.stats.unapplied is not None:
                 core.stats.unapplied[keys] = part
 
+    def _parts(self, seq: int):
+        """Have the other servers write their parts of checkpoint `seq`; returns the wait for
+        their manifest entries (so server 0 writes its own part meanwhile)."""
+        self.core.ops.append((Op.CHECKPOINT, 0, seq))
+        self._flush()
+        return lambda: [self.comm.recv(source=k, tag=Tag.STATE) for k in self._followers]
+
     def _end_followers(self) -> list[dict]:
-        """Tell the other servers the run is over; take their final ranges and reports."""
+        """Tell the other servers the run is over (their final ranges are in); take their reports."""
         if not self._followers:
             return []
-        self.core.ops.extend([(Op.SLICE, 0, 1), (Op.END, 0, 0)])
+        self.core.ops.append((Op.END, 0, 0))
         self._flush()
-        reports = []
-        for k in self._followers:
-            self._receive_range(k, True)
-            reports.append(self.comm.recv(source=k, tag=Tag.SERVER_STATS))
+        reports = [self.comm.recv(source=k, tag=Tag.SERVER_STATS) for k in self._followers]
         MPI.Request.Waitall(self._control_sends)
         self._ended = True
         return reports
@@ -407,7 +411,7 @@ class ParameterServer:
         out = self._traffic.header(a.w)
         h = out.header
         h[H.CLOCK], h[H.VERSION], h[H.PLAN], h[H.BUSY] = a.clock, a.version, a.plan, a.busy
-        h[H.LEASE], h[H.FLAGS] = a.lease, a.flags
+        h[H.LEASE], h[H.FLAGS], h[H.SEQ] = a.lease, a.flags, a.seq
         out.meta[M.HELD_S] = a.held_s
         out.meta[M.UPDATE_NORM] = a.update_norm
         self._traffic.reply(a.w, a.version, self.core.params[self.core.keys], a.keys)

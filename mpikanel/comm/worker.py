@@ -220,6 +220,10 @@ class _Flight:
         self.reqs, self.driven = [], False
 
 
+def _no_checkpoint_dir(state: dict, seq: int) -> dict:
+    raise RuntimeError("the server asked for a checkpoint part, but this worker has no checkpoint directory")
+
+
 class WorkerClient:
     """Preallocated frames and requests for one worker's exchanges with the server.
 
@@ -255,6 +259,7 @@ class WorkerClient:
         self.out, self.inp = self._ex.out, self._ex.inp
         self._last = False
         self.stop_requested = lambda: False  # set by the entry point: a signal asked to stop
+        self.write_part = _no_checkpoint_dir  # set by the entry point: (state, seq) -> manifest entry
         if progress is None:
             progress = MPI.Query_thread() >= MPI.THREAD_SERIALIZED
         self.progress = progress
@@ -387,7 +392,7 @@ class WorkerClient:
                      float(meta[M.HELD_S]), landed - f.t_sent, blocked_s, delayed,
                      landed_ago_s=time.perf_counter() - landed, update_norm=float(meta[M.UPDATE_NORM]),
                      lease=int(h[H.LEASE]), finish=self.inp.has(Flag.FINISH), last=self._last,
-                     checkpoint=self.inp.has(Flag.CHECKPOINT), stop=self.inp.has(Flag.STOP),
+                     checkpoint=int(h[H.SEQ]) if self.inp.has(Flag.CHECKPOINT) else 0, stop=self.inp.has(Flag.STOP),
                      critical=self.inp.has(Flag.CRITICAL), keys=keys, nbytes=nbytes)
 
     # --- probes ---------------------------------------------------------------------------------
@@ -423,7 +428,9 @@ class WorkerClient:
                            service_s=float(meta[M.SERVICE_S]), recv_bps=float(meta[M.RECV_BPS]),
                            update_norm=float(meta[M.UPDATE_NORM]))
 
-    def send_state(self, state: dict) -> None:
-        """Send this worker's resumable state to the server (pickled: checkpoints and run end only)."""
+    def send_state(self, state: dict, seq: int) -> None:
+        """Write this worker's resumable state as its part of checkpoint `seq` (``write_part``, set
+        by the entry point) and send the server that part's manifest entry (small, pickled)."""
+        part = self.write_part(state, seq)
         with self._lock:
-            self.comm.send(state, dest=SERVER, tag=Tag.STATE)
+            self.comm.send(part, dest=SERVER, tag=Tag.STATE)

@@ -49,6 +49,7 @@ class Answer:
     held_s: float
     update_norm: float = 0.0
     keys: np.ndarray | None = None   # a sparse reply: the keys of the range changed since the worker's last
+    seq: int = 0                     # with CHECKPOINT: the checkpoint the worker's part belongs to
 
 
 @dataclass
@@ -124,6 +125,8 @@ class ServerCore:
         self.replies: ReplyKeys | None = None      # (set at start) what each reply carries
         self.keys = slice(None)                    # the range this server applies to (lead)
         self.gather: Callable[[bool], None] | None = None
+        # the other servers' checkpoint parts: start them for a checkpoint number, then wait for them
+        self.parts: Callable[[int], Callable[[], list[dict]]] = lambda seq: (lambda: [])
         self.ops: list[tuple[int, int, int]] | None = None
         self.policy = policy
         self.n_workers = n_workers
@@ -133,7 +136,7 @@ class ServerCore:
         self.checkpoints = checkpoints
         self.on_progress = on_progress
         self.stats = ServerStats.zeros(n_workers)
-        self.worker_states: dict[int, dict] = {}   # latest resumable state of each worker
+        self.worker_parts: dict[int, dict] = {}    # each worker's latest checkpoint part (manifest entry)
         self.stopped = False                       # ended early by a stop request (checkpointed)
         self.collect: list[int] = []               # workers whose state the transport must fetch now
         self.t_start = 0.0                         # the transport's clock at start (wall runs only)
@@ -142,6 +145,7 @@ class ServerCore:
         self._stop_after_ckpt = False
         self._arrived_since_release = 0
         self._cut_pending = False                  # the answers just made are a checkpoint cut
+        self.cut_asked_at = self.cut_answered_at = 0.0   # when the cut began holding, and was answered
         self._stop_now = False                     # ... after which the run stops
         self.update_norm = 0.0                     # EWMA of the norm of one applied delta
         self.service_s = 0.0                       # EWMA of the seconds spent handling one push
@@ -149,11 +153,12 @@ class ServerCore:
         self._last_arrival: float | None = None
         self._serviced = 0                         # pushes the transport reported handling
 
-    def lead(self, keys: slice, gather: Callable[[bool], None]) -> None:
+    def lead(self, keys: slice, gather: Callable[[bool], None], parts: Callable[[int], Callable[[], list[dict]]]) -> None:
         """Decide for several servers: apply to ``params[keys]`` only and log ops to replay; the
         transport's ``gather(with_unapplied)`` fills the other ranges of ``params`` (and of
-        ``stats.unapplied``) before a snapshot, a cut or the end."""
-        self.keys, self.gather, self.ops = keys, gather, []
+        ``stats.unapplied``) before a snapshot or the end, and ``parts(seq)`` has the other servers
+        write their parts of checkpoint `seq` (it returns the wait for their manifest entries)."""
+        self.keys, self.gather, self.parts, self.ops = keys, gather, parts, []
 
     @property
     def done(self) -> bool:
@@ -261,6 +266,8 @@ class ServerCore:
             self._ckpt_reason = "stop"
         else:
             self._ckpt_reason = ctl.due(now, int(self.stats.steps.sum()))
+        if self._ckpt_reason is not None:
+            self.cut_asked_at = now
 
     def _release(self, now: float) -> list[Answer]:
         book = self.book
@@ -289,6 +296,8 @@ class ServerCore:
             answers.append(self._answer(w, now, busy, flags | (Flag.CHECKPOINT if w in self.collect else 0)))
             book.record_release(w)
         self._cut_pending = checkpoint
+        if checkpoint:
+            self.cut_answered_at = now
         self._stop_now = stop
         if self.ops is not None:
             self.ops.extend((Op.REPLY, a.w, int(self.keeps_serving(a.w))) for a in answers)
@@ -314,18 +323,19 @@ class ServerCore:
             flags |= Flag.CRITICAL
         held = now - float(book.arrived_at[w])
         self.stats.held_s[w] += held
+        seq = self.checkpoints.seq if flags & Flag.CHECKPOINT else 0
         return Answer(w, int(book.clock[w]), book.version, self.policy.plan(book, w), busy, lease, flags, held,
-                      self.update_norm, self.replies.reply(w, book.version) if self.replies else None)
+                      self.update_norm, self.replies.reply(w, book.version) if self.replies else None, seq)
 
     def keeps_serving(self, w: int) -> bool:
         """Whether the transport should listen for worker w's next push after answering it."""
         return bool(self.book.active[w]) and not self._stop_now
 
     def cut_done(self, now: float) -> None:
-        """The transport fetched the states in ``collect``: write the checkpoint if this was a cut."""
+        """The transport fetched the parts of the workers in ``collect``: write the checkpoint if this
+        was a cut (every server writes its own range: nothing is gathered)."""
         self.collect = []
         if self._cut_pending:
-            self._gather(True)
             self.checkpoints.write(self, self._ckpt_reason, final=False)
             self.checkpoints.written(now, int(self.stats.steps.sum()))
             self._ckpt_reason = None
@@ -337,6 +347,7 @@ class ServerCore:
         self.stats.wall_s = now
         self._gather(True)
         if self.checkpoints is not None and not self.stopped:
+            self.cut_asked_at = self.cut_answered_at = now
             self.checkpoints.write(self, "end", final=True)
         if self.recorder is not None:
             self.recorder.final(now, self.params, self.book.version)

@@ -65,7 +65,7 @@ class Reply:
     lease: int = 0            # samples the worker may process beyond the push this answers
     finish: bool = False      # the work budget is spent: push unsent work as DONE and leave
     last: bool = False        # this reply answers the worker's DONE push
-    checkpoint: bool = False  # the server asks for this worker's resumable state
+    checkpoint: int = 0       # the server asks for this worker's part of checkpoint number N (0: no)
     stop: bool = False        # the server stops the run after this checkpoint
     critical: bool = False    # PSP: this worker's next push closes the round: push on plan and block
     keys: np.ndarray | None = None  # a sparse reply: the keys params holds (the rest did not change)
@@ -117,7 +117,7 @@ class Exchanger(Protocol):
 
     def probe_test(self): ...
 
-    def send_state(self, state: dict) -> None: ...
+    def send_state(self, state: dict, seq: int) -> None: ...
 
 
 @dataclass
@@ -387,7 +387,7 @@ class _Worker:
         stats.comm_s += max(0.0, reply.blocked_s - reply.delayed_s - max(0.0, held))
         stats.injected_s += reply.delayed_s
         if reply.checkpoint:
-            self.client.send_state(self.capture(finished=reply.last))
+            self.client.send_state(self.capture(finished=reply.last), reply.checkpoint)
         self.stopped = reply.stop
 
     def wait(self) -> Generator[Effect, Any, None]:

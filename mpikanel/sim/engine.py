@@ -122,7 +122,7 @@ class SimClient:
         return ProbeAnswer(self.sim.now - self._probe_sent, p.version, p.queued, p.service_s, p.recv_bps,
                            p.update_norm)
 
-    def send_state(self, state: dict) -> None:
+    def send_state(self, state: dict, seq: int) -> None:
         """Checkpoints are off in the simulator."""
 
     def arrive(self, a: Answer, params: np.ndarray, nbytes: int) -> Reply:
@@ -133,7 +133,7 @@ class SimClient:
         return Reply(params, a.version, a.plan, a.busy, a.held_s, self.sim.now - self._t_sent, 0.0, 0.0,
                      update_norm=a.update_norm,
                      lease=a.lease, finish=bool(a.flags & Flag.FINISH), last=self._last,
-                     checkpoint=False, stop=False, critical=bool(a.flags & Flag.CRITICAL),
+                     checkpoint=0, stop=False, critical=bool(a.flags & Flag.CRITICAL),
                      keys=a.keys, nbytes=nbytes)
 
 
