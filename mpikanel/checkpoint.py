@@ -10,7 +10,8 @@ Layout of ``ckpt-NNNNNN/`` (NNNNNN: the checkpoint's sequence number):
   manifest.json      written last by rank 0: format, schema, run shape (ranks, servers, key
                      ranges, sync, model, n_params), config, progress, and every part's name,
                      size and sha256
-Each rank writes its part in parallel (serial h5py, plain contiguous datasets) to a temporary
+Each rank writes its part in parallel (serial h5py, plain contiguous datasets; a mostly-zero
+vector such as the unsent work of a sparse model as its nonzero keys and values) to a temporary
 name, fsyncs it and renames it; rank 0 gathers the parts' (name, size, sha256), writes the
 manifest to a temporary name, fsyncs it, renames it and fsyncs the directory. A directory
 without a manifest is an interrupted write and is never loaded; a part whose size or sha256
@@ -40,6 +41,8 @@ _NAME = re.compile(r"^ckpt-(\d{6,})$")
 #: fault tests: "RANK:SEQ" makes that rank's part of checkpoint SEQ pause mid-file for a minute
 HOLD_ENV = "MPIKANEL_TEST_HOLD_WRITE"
 HOLD_S = 60.0
+#: a float64 vector with at most this fraction of nonzero entries is stored as its keys and values
+SPARSE_AT = 0.25
 
 
 @dataclass
@@ -92,12 +95,39 @@ def hold_s(rank: int, seq: int) -> float:
     return HOLD_S if os.environ.get(HOLD_ENV, "") == f"{rank}:{seq}" else 0.0
 
 
+def _put(group: Any, name: str, value: np.ndarray) -> None:
+    """A dataset, or for a mostly-zero float64 vector (unsent work, a sparse model) a group of its
+    nonzero keys and values: bitwise the same vector back (-0.0 counts as nonzero)."""
+    value = np.ascontiguousarray(value)
+    if value.dtype == np.float64 and value.ndim == 1 and value.size >= 1024:
+        keys = np.flatnonzero(value.view(np.int64))
+        if keys.size <= SPARSE_AT * value.size:
+            g = group.create_group(name)
+            g.attrs["size"] = value.size
+            g.create_dataset("keys", data=keys.astype(np.int32 if value.size < 2**31 else np.int64))
+            g.create_dataset("values", data=value[keys])
+            return
+    group.create_dataset(name, data=value)
+
+
+def _get(node: Any) -> np.ndarray:
+    """The array :func:`_put` stored."""
+    import h5py
+
+    if isinstance(node, h5py.Group):
+        out = np.zeros(int(node.attrs["size"]))
+        out[node["keys"][()]] = node["values"][()]
+        return out
+    return node[()]
+
+
 def write_part(directory: str | Path, seq: int, role: str, index: int, attrs: dict,
                arrays: dict[str, np.ndarray], book: dict[str, np.ndarray] | None = None,
                pause_s: float = 0.0) -> dict:
     """Write one rank's part of checkpoint `seq` (temporary name, fsync, rename); its manifest entry."""
     import h5py
 
+    t0 = time.perf_counter()
     d = checkpoint_dir(directory, seq)
     d.mkdir(parents=True, exist_ok=True)
     name = f"server-{index}.h5" if role == "server" else f"worker-{index:05d}.h5"
@@ -105,7 +135,7 @@ def write_part(directory: str | Path, seq: int, role: str, index: int, attrs: di
     with h5py.File(tmp, "w", locking=False, libver=("v108", "latest")) as f:
         f.attrs.update({"format": FORMAT, "schema": SCHEMA, "role": role, "index": index, **attrs})
         for i, (key, value) in enumerate(arrays.items()):
-            f.create_dataset(key, data=np.ascontiguousarray(value))
+            _put(f, key, value)
             if i == 0 and pause_s > 0:
                 f.flush()
                 time.sleep(pause_s)
@@ -117,7 +147,8 @@ def write_part(directory: str | Path, seq: int, role: str, index: int, attrs: di
     final = d / name
     os.replace(tmp, final)
     return {"file": name, "role": role, "index": index, "bytes": final.stat().st_size,
-            "sha256": sha256_of(final), "path": str(final.resolve())}
+            "sha256": sha256_of(final), "path": str(final.resolve()), "seq": seq,
+            "write_s": time.perf_counter() - t0}
 
 
 def write_server_part(directory: str | Path, seq: int, k: int, keys: slice, params: np.ndarray,
@@ -272,16 +303,16 @@ def load(path: str | Path) -> Checkpoint:
             with h5py.File(d / entry["file"], "r", locking=False) as f:
                 if entry["role"] == "server":
                     a, b = (int(x) for x in f.attrs["keys"])
-                    params[a:b], initial[a:b] = f["params"][()], f["initial"][()]
+                    params[a:b], initial[a:b] = _get(f["params"]), _get(f["initial"])
                     if "unapplied" in f:
                         unapplied = np.zeros(n) if unapplied is None else unapplied
-                        unapplied[a:b] = f["unapplied"][()]
+                        unapplied[a:b] = _get(f["unapplied"])
                     if "server" in f.attrs:
                         server = json.loads(f.attrs["server"])
                         book = {k: v[()] for k, v in f["book"].items()}
                 else:
                     workers[int(entry["index"])] = {"state": json.loads(f.attrs["state"]),
-                                                    **{k: f[k][()] for k in ("unsent", "produced", "order")}}
+                                                    **{k: _get(f[k]) for k in ("unsent", "produced", "order")}}
         covered = sorted(tuple(r) for r in man["key_ranges"])
         if server is None or len(workers) != int(man["ranks"]) - 1 or covered[0][0] != 0 or covered[-1][1] != n:
             raise InputError(f"{d}: inconsistent checkpoint (parts missing from the manifest)")

@@ -271,12 +271,13 @@ _HELP = {
     "target_loss": "report the wall time after which the test loss stays at or below this value "
                    "(time_to_target_s), and when it first reached it (first_touch_s)",
     "scenario": "label stored in the metrics file and summary (default: the injected heterogeneity)",
-    "checkpoint_dir": "write HDF5 checkpoints here (at the end, every --checkpoint-every, and on "
-                      "SIGTERM/SIGUSR1, after which the run exits with code 75)",
+    "checkpoint_dir": "write checkpoints here, one ckpt-NNNNNN/ directory each (every rank's HDF5 part and "
+                      "a manifest), at the end, every --checkpoint-every, and on SIGTERM/SIGUSR1/SIGINT, "
+                      "after which the run exits with code 75",
     "checkpoint_every": "checkpoint interval: SECONDS, or Nsteps (total worker steps); 0 = only at the "
                         "end and on signals",
-    "keep_checkpoints": "keep this many newest checkpoints",
-    "resume": "resume from a checkpoint file, or 'latest' (newest valid in --checkpoint-dir; "
+    "keep_checkpoints": "keep this many newest complete checkpoints",
+    "resume": "resume from a checkpoint (a ckpt-NNNNNN directory), or 'latest' (newest valid in --checkpoint-dir; "
               "starts fresh if there is none)",
     "summary_json": "write the run summary as JSON to this path",
     "save_model": "write the trained model (final parameters, model, classes, config) to this HDF5 file; "

@@ -224,6 +224,8 @@ def train(config: TrainConfig | dict | None = None, comm=None, _stop: StopSignal
             comm.Bcast(params, root=0)
             comm.Bcast(initial, root=0)
             my_state = comm.scatter([None] * k + ckpt.workers if rank == 0 else None, root=0)
+        if config.checkpoint_dir:
+            import h5py  # noqa: F401  (now, not at the first cut: every rank writes a part)
         comm.Barrier()
         load_before = os.getloadavg()[0]
         t0 = time.perf_counter()
@@ -323,6 +325,7 @@ def _serve(comm, s: Setup, params: np.ndarray, initial: np.ndarray, ckpt, stop: 
             written.append({"path": str(path), "seq": seq, "reason": reason, "files": len(parts),
                             "bytes": sum(int(q["bytes"]) for q in parts), "hold_s": server.cut_answered_at - server.cut_asked_at,
                             "write_s": done - server.cut_answered_at, "server0_part_s": own_s,
+                            "slowest_part_s": max(q["write_s"] for q in parts if q.get("seq") == seq),
                             "pause_s": done - server.cut_asked_at})
             if not config.quiet:
                 print(f"mpikanel: checkpoint ({reason}) written to {path}", flush=True)

@@ -229,3 +229,17 @@ def test_reshape_folds_every_workers_unsent_work_and_samples_into_the_start():
     with pytest.raises(InputError, match="per-worker"):
         ck.check_compatible(ck.Checkpoint(**{**vars(old), "config": {"budget": "per-worker"}}), 6, "ssp",
                             "softmax", 3)
+
+
+def test_mostly_zero_vectors_are_stored_as_keys_and_values_and_come_back_bitwise(tmp_path):
+    c = make(n=10_000)
+    sparse = np.zeros(10_000)
+    sparse[[3, 77, 9_999]] = [1.5, -2.0, -0.0]          # -0.0 too: bitwise, not just equal
+    c.workers[0]["unsent"] = sparse
+    path = ck.save(tmp_path, c)
+    with h5py.File(path / "worker-00000.h5") as f:
+        assert isinstance(f["unsent"], h5py.Group) and f["unsent/keys"][()].tolist() == [3, 77, 9_999]
+        assert isinstance(f["produced"], h5py.Dataset)                   # dense stays dense
+    d = ck.load(path)
+    assert d.workers[0]["unsent"].tobytes() == sparse.tobytes()
+    assert np.array_equal(d.workers[0]["produced"], c.workers[0]["produced"])

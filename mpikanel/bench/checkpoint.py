@@ -3,8 +3,9 @@
 Each run trains with periodic checkpoints (every rank writes its part; rank 0 commits the
 manifest) and reports, per checkpoint, its bytes, the write time (from the cut's answers to the
 manifest's commit), the hold (the cut waiting for every worker's push) and the pause (hold +
-write). Before and after each run the same number of bytes goes through ``np.save`` + fsync in
-the same directory, so the disk's speed at that time is the yardstick.
+write). Right before and after each run the same number of bytes goes through ``np.save`` +
+fsync into a new file in the same directory, so the disk's speed at that time (the mean rate
+before and after, times the checkpoint's bytes) is what a checkpoint is measured against.
 """
 from __future__ import annotations
 
@@ -35,6 +36,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dir", default=None, help="where checkpoints go (default: a temporary directory "
                                                     "under the current one: the disk being measured)")
     parser.add_argument("--timeout", type=float, default=1800)
+    parser.add_argument("--guess-bytes", type=int, default=0,
+                        help="checkpoint size for the np.save before the run (default: from a first short run)")
     parser.add_argument("--out", default=None, help="write results.json and results.md here")
 
 
@@ -52,6 +55,13 @@ def np_save_s(directory: Path, nbytes: int) -> float:
     return took
 
 
+def _size_of(cmd: list[str], timeout: float) -> int:
+    """Bytes of the final checkpoint of the same run stopped after two steps per worker."""
+    with tempfile.TemporaryDirectory(dir=Path(cmd[cmd.index("--checkpoint-dir") + 1]).parent) as tmp:
+        short = [*cmd, "--max-steps", "2", "--checkpoint-dir", str(Path(tmp) / "ck")]
+        return int(run_summary(short, timeout)["checkpoints_written"][-1]["bytes"])
+
+
 def run(args: argparse.Namespace) -> int:
     """Run each seed, compare every periodic checkpoint with np.save; print the table, write results."""
     if not have_mpiexec():
@@ -66,12 +76,14 @@ def run(args: argparse.Namespace) -> int:
             cmd = ["-n", str(args.servers + args.workers), "--servers", str(args.servers), "--sync", args.sync,
                    "--seed", str(seed), "--epochs", str(args.epochs), *flags, "--checkpoint-dir", str(ck),
                    "--checkpoint-every", args.every, "--keep-checkpoints", "2"]
+            # the yardstick needs the checkpoint's size: a short run first, the same shape
+            guess = args.guess_bytes or _size_of(cmd, args.timeout)
+            before = np_save_s(Path(tmp), guess) / guess
             s = run_summary(cmd, args.timeout)
             written = s["checkpoints_written"]
-            nbytes = statistics.median(c["bytes"] for c in written)
-            before = np_save_s(Path(tmp), int(nbytes))
-            after = np_save_s(Path(tmp), int(nbytes))
-        save_s = statistics.median([before, after])
+            nbytes = int(statistics.median(c["bytes"] for c in written))
+            after = np_save_s(Path(tmp), nbytes) / nbytes
+        save_s = nbytes * (before + after) / 2     # at the disk's mean rate before and after the run
         for c in written:
             rows.append({**c, "seed": seed, "np_save_s": save_s, "write_vs_np_save": c["write_s"] / save_s,
                          "pause_vs_write": c["pause_s"] / c["write_s"], "n_params": s["n_params"],
@@ -93,9 +105,11 @@ def run(args: argparse.Namespace) -> int:
 def format_table(rows: list[dict]) -> str:
     """One line per checkpoint written."""
     out = ["| seed | ckpt | reason | files | MB | np.save + fsync s | write s | write / np.save | hold s | "
-           "pause s | pause / write | server 0 part s |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+           "pause s | pause / write | server 0 part s | slowest part s |",
+           "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         out.append(f"| {r['seed']} | {r['seq']} | {r['reason']} | {r['files']} | {r['bytes'] / 1e6:.0f} | "
                    f"{r['np_save_s']:.2f} | {r['write_s']:.2f} | {r['write_vs_np_save']:.2f} | {r['hold_s']:.2f} | "
-                   f"{r['pause_s']:.2f} | {r['pause_vs_write']:.2f} | {r['server0_part_s']:.2f} |")
+                   f"{r['pause_s']:.2f} | {r['pause_vs_write']:.2f} | {r['server0_part_s']:.2f} | "
+                   f"{r['slowest_part_s']:.2f} |")
     return "\n".join(out)

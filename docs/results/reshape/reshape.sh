@@ -8,10 +8,10 @@ run() { timeout 900 .venv/bin/python -m mpikanel.run -n "$1" -- .venv/bin/python
 for SEED in 0 1 2; do
   run 9 --summary-json $R/u8-$SEED.json
   run 9 --checkpoint-dir $R/ck-$SEED --checkpoint-every 2000steps --summary-json $R/c8-$SEED.json
-  first=$(ls $R/ck-$SEED/ckpt-*.h5 | head -1)
-  cp "$first" $R/mid-$SEED.h5
+  first=$(ls -d $R/ck-$SEED/ckpt-* | head -1)
+  cp -r "$first" $R/mid-$SEED
   for n in 5 13; do
-    run $n --resume $R/mid-$SEED.h5 --summary-json $R/r$((n-1))-$SEED.json
+    run $n --resume $R/mid-$SEED --summary-json $R/r$((n-1))-$SEED.json
   done
 done
 OUT=$R python3 - <<'PY'
