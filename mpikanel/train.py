@@ -217,13 +217,17 @@ def train(config: TrainConfig | dict | None = None, comm=None, _stop: StopSignal
             loaded = agree(comm, lambda: _load_resume(config, ranks, s) if rank == 0 else None)
             ckpt, resumed_from = loaded if rank == 0 else (None, None)
             resumed_from = comm.bcast(resumed_from, root=0)
-        my_state = None
+        my_state = unapplied = None
         if resumed_from is not None:
             if rank == 0:
                 params[:], initial[:] = ckpt.params, ckpt.initial
             comm.Bcast(params, root=0)
             comm.Bcast(initial, root=0)
             my_state = comm.scatter([None] * k + ckpt.workers if rank == 0 else None, root=0)
+            # what a scaling policy held back: each server continues its own range of it
+            if comm.bcast(rank == 0 and "unapplied" in ckpt.server_arrays, root=0):
+                unapplied = ckpt.server_arrays["unapplied"] if rank == 0 else np.empty_like(params)
+                comm.Bcast(unapplied, root=0)
         if config.checkpoint_dir:
             import h5py  # noqa: F401  (now, not at the first cut: every rank writes a part)
         comm.Barrier()
@@ -233,7 +237,7 @@ def train(config: TrainConfig | dict | None = None, comm=None, _stop: StopSignal
             server_stats, recorder, written = _serve(comm, s, params, initial, ckpt, stop)
             stats = WorkerStats(rank=0, rows=0, produced=np.zeros(s.n_params))
         elif rank < k:
-            _follow(comm, s, params, initial)
+            _follow(comm, s, params, initial, unapplied)
             stats = WorkerStats(rank=rank, rows=0, produced=np.zeros(s.n_params))
             server_stats = recorder = written = None
         else:
@@ -348,7 +352,7 @@ def _serve(comm, s: Setup, params: np.ndarray, initial: np.ndarray, ckpt, stop: 
     return stats, recorder, written
 
 
-def _follow(comm, s: Setup, params: np.ndarray, initial: np.ndarray) -> None:
+def _follow(comm, s: Setup, params: np.ndarray, initial: np.ndarray, unapplied: np.ndarray | None) -> None:
     """Server ranks 1..K-1: serve their key range as rank 0 decides."""
     from .comm.follower import FollowerServer
 
@@ -360,8 +364,11 @@ def _follow(comm, s: Setup, params: np.ndarray, initial: np.ndarray) -> None:
         return ckpt_mod.write_server_part(config.checkpoint_dir, seq, k, keys, own, initial[keys], unapplied,
                                           pause_s=ckpt_mod.hold_s(k, seq))
 
-    FollowerServer(comm, params, s.servers, comm.Get_size() - config.servers, service, s.push_mode,
-                   write_part if config.checkpoint_dir else None).run()
+    follower = FollowerServer(comm, params, s.servers, comm.Get_size() - config.servers, service, s.push_mode,
+                              write_part if config.checkpoint_dir else None)
+    if unapplied is not None:
+        follower.core.unapplied = unapplied[keys].copy()
+    follower.run()
 
 
 def _work(comm, s: Setup, params: np.ndarray, w: int, state: dict | None, stop: StopSignals) -> WorkerStats:

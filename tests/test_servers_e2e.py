@@ -3,6 +3,7 @@ checkpoints that resume on any K, and a killed server rank ends the job."""
 import json
 import signal
 
+import h5py
 import pytest
 
 from launch import checkpoints, run_train
@@ -131,3 +132,19 @@ def test_too_few_ranks_for_the_servers_is_a_clear_error(tmp_path):
     assert proc.returncode != 0
     assert "needs at least 4 MPI ranks (3 servers + workers)" in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def test_what_a_scaling_policy_held_back_survives_a_resume_on_two_servers(tmp_path):
+    # ESP with stale deltas scaled down: each server keeps what it scaled away ("unapplied") in
+    # its part, and continues its own range of it after the resume, so the delta sums still match
+    ck = tmp_path / "ck"
+    args = ["--servers", "2", *RUN, "--sync", "esp", "--esp-scale", "inverse"]
+    proc, full = run_train(5, *args, "--checkpoint-dir", str(ck), "--checkpoint-every", "150steps",
+                           "--keep-checkpoints", "10", tmp_path=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    first = checkpoints(ck)[0]
+    with h5py.File(first / "server-1.h5") as f:
+        assert "unapplied" in f                      # server 1 had scaled deltas by the first cut
+    proc, resumed = run_train(5, *args, "--resume", str(first), tmp_path=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert_no_lost_work(resumed)
