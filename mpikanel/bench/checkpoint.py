@@ -10,7 +10,6 @@ before and after, times the checkpoint's bytes) is what a checkpoint is measured
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import sys
@@ -20,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .launch import have_mpiexec
+from .launch import have_mpiexec, write_results
 from .scale import WORKLOADS, run_summary
 
 
@@ -93,12 +92,7 @@ def run(args: argparse.Namespace) -> int:
     table = format_table(rows)
     print(table)
     if args.out:
-        out = Path(args.out)
-        out.mkdir(parents=True, exist_ok=True)
-        command = " ".join(["python -m mpikanel.bench", *sys.argv[1:]])
-        (out / "results.json").write_text(json.dumps({"command": command, "nproc": os.cpu_count(), "rows": rows},
-                                                     indent=2))
-        (out / "results.md").write_text(f"`{command}`\n\n{table}\n")
+        write_results(args.out, table, rows=rows)
     return 0
 
 

@@ -94,3 +94,12 @@ def run_ranks(n: int, module: str, args: list[str], env: dict[str, str], timeout
         raise RankRunError(f"exit {proc.returncode}, {len(results)} result lines: {' '.join(cmd)}\n"
                            f"{out[-1000:]}{err[-2000:]}")
     return RankRun(cmd, results, out, err)
+
+
+def write_results(out: str | Path, table: str, **extra: object) -> None:
+    """``OUT/results.json`` (the command, the core count and `extra`) and ``OUT/results.md`` (the command and table)."""
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    command = " ".join(["python -m mpikanel.bench", *sys.argv[1:]])
+    (out / "results.json").write_text(json.dumps({"command": command, "nproc": os.cpu_count(), **extra}, indent=2))
+    (out / "results.md").write_text(f"`{command}`\n\n{table}\n")

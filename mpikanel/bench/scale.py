@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import subprocess
 import sys
@@ -12,7 +11,7 @@ import tempfile
 from pathlib import Path
 
 from ..sparse import PUSH_MODES
-from .launch import find_mpiexec, have_mpiexec, rank_env
+from .launch import find_mpiexec, have_mpiexec, rank_env, write_results
 
 #: name -> (train flags, what it is); --push applies to the sparse one (a dense model keeps dense frames)
 WORKLOADS: dict[str, tuple[list[str], str]] = {
@@ -139,11 +138,5 @@ def run(args: argparse.Namespace) -> int:
     table = format_table(rows)
     print(table)
     if args.out:
-        out = Path(args.out)
-        out.mkdir(parents=True, exist_ok=True)
-        command = " ".join(["python -m mpikanel.bench", *sys.argv[1:]])
-        (out / "results.json").write_text(json.dumps({"command": command, "nproc": os.cpu_count(),
-                                                       "workloads": {w: WORKLOADS[w][1] for w in args.workloads},
-                                                       "rows": rows}, indent=2))
-        (out / "results.md").write_text(f"`{command}`\n\n{table}\n")
+        write_results(args.out, table, workloads={w: WORKLOADS[w][1] for w in args.workloads}, rows=rows)
     return 1 if failed else 0
