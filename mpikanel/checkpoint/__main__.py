@@ -1,0 +1,4 @@
+"""``python -m mpikanel.checkpoint``."""
+from .cli import main
+
+raise SystemExit(main())
