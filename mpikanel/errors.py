@@ -7,3 +7,7 @@ class InputError(ValueError):
 
 class TrainingError(RuntimeError):
     """Training itself failed (for example parameters became NaN/inf)."""
+
+
+class CheckpointError(TrainingError):
+    """A checkpoint could not be written (disk full, no permission, ...): names the file, no traceback."""

@@ -92,6 +92,8 @@ def test_truncated_missing_and_foreign(tmp_path):
         ck.load(old)
     with pytest.raises(InputError, match="no such checkpoint"):
         ck.load(tmp_path / "missing")
+    with pytest.raises(InputError, match=f"holds checkpoints, it is not one: name one \\({path}\\)"):
+        ck.load(tmp_path)                                           # the --checkpoint-dir itself
 
 
 def test_wrong_schema(tmp_path):
@@ -243,3 +245,16 @@ def test_mostly_zero_vectors_are_stored_as_keys_and_values_and_come_back_bitwise
     d = ck.load(path)
     assert d.workers[0]["unsent"].tobytes() == sparse.tobytes()
     assert np.array_equal(d.workers[0]["produced"], c.workers[0]["produced"])
+
+
+def test_a_part_that_cannot_be_written_is_one_error_naming_the_file(tmp_path):
+    from mpikanel.errors import CheckpointError
+
+    (tmp_path / "ckpt-000001").write_text("a file where the checkpoint's directory goes")
+    with pytest.raises(CheckpointError, match=r"ckpt-000001/worker-00003.h5: cannot write this checkpoint file"):
+        ck.write_worker_part(tmp_path, 1, 3, make().workers[0])
+    (tmp_path / "ckpt-000002").mkdir()
+    (tmp_path / "ckpt-000002" / "manifest.json").mkdir()       # the manifest cannot replace a directory
+    with pytest.raises(CheckpointError, match=r"ckpt-000002/manifest.json: cannot write"):
+        ck.commit(tmp_path, 2, {}, [])
+    assert not list((tmp_path / "ckpt-000002").glob(".manifest.json.tmp-*"))   # no temporary left

@@ -25,6 +25,10 @@ def _verify(path: Path, entry: dict) -> None:
 def _manifest(d: Path) -> dict:
     m = d / MANIFEST
     if not m.exists():
+        inside = checkpoint_paths(d)
+        if inside:
+            raise InputError(f"{d} holds checkpoints, it is not one: name one ({inside[0]}), or use "
+                             f"--resume latest --checkpoint-dir {d}")
         raise InputError(f"{d}: incomplete checkpoint (no {MANIFEST}: its write was interrupted)")
     try:
         man = json.loads(m.read_text())

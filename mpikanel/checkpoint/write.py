@@ -6,11 +6,13 @@ import json
 import os
 import shutil
 import time
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import numpy as np
 
+from ..errors import CheckpointError
 from .layout import (FORMAT, MANIFEST, SCHEMA, Checkpoint, checkpoint_dir, checkpoint_paths, fsync_path,
                      next_seq, put_array, sha256_of)
 
@@ -24,6 +26,17 @@ def hold_s(rank: int, seq: int) -> float:
     return HOLD_S if os.environ.get(HOLD_ENV, "") == f"{rank}:{seq}" else 0.0
 
 
+@contextmanager
+def _writing(path: Path) -> Iterator[None]:
+    """An OS error while writing `path` (full disk, permissions) as one line naming it; no temporary left."""
+    try:
+        yield
+    except OSError as exc:
+        for tmp in path.parent.glob(f".{path.name}.tmp-{os.getpid()}") if path.parent.is_dir() else []:
+            tmp.unlink(missing_ok=True)
+        raise CheckpointError(f"{path}: cannot write this checkpoint file ({exc})") from None
+
+
 def write_part(directory: str | Path, seq: int, role: str, index: int, attrs: dict,
                arrays: dict[str, np.ndarray], book: dict[str, np.ndarray] | None = None,
                pause_s: float = 0.0) -> dict:
@@ -32,23 +45,24 @@ def write_part(directory: str | Path, seq: int, role: str, index: int, attrs: di
 
     t0 = time.perf_counter()
     d = checkpoint_dir(directory, seq)
-    d.mkdir(parents=True, exist_ok=True)
     name = f"server-{index}.h5" if role == "server" else f"worker-{index:05d}.h5"
-    tmp = d / f".{name}.tmp-{os.getpid()}"
-    with h5py.File(tmp, "w", locking=False, libver=("v108", "latest")) as f:
-        f.attrs.update({"format": FORMAT, "schema": SCHEMA, "role": role, "index": index, **attrs})
-        for i, (key, value) in enumerate(arrays.items()):
-            put_array(f, key, value)
-            if i == 0 and pause_s > 0:
-                f.flush()
-                time.sleep(pause_s)
-        if book is not None:
-            g = f.create_group("book")
-            for key, value in book.items():
-                g.create_dataset(key, data=np.asarray(value))
-    fsync_path(tmp)
     final = d / name
-    os.replace(tmp, final)
+    with _writing(final):
+        d.mkdir(parents=True, exist_ok=True)
+        tmp = d / f".{name}.tmp-{os.getpid()}"
+        with h5py.File(tmp, "w", locking=False, libver=("v108", "latest")) as f:
+            f.attrs.update({"format": FORMAT, "schema": SCHEMA, "role": role, "index": index, **attrs})
+            for i, (key, value) in enumerate(arrays.items()):
+                put_array(f, key, value)
+                if i == 0 and pause_s > 0:
+                    f.flush()
+                    time.sleep(pause_s)
+            if book is not None:
+                g = f.create_group("book")
+                for key, value in book.items():
+                    g.create_dataset(key, data=np.asarray(value))
+        fsync_path(tmp)
+        os.replace(tmp, final)
     return {"file": name, "role": role, "index": index, "bytes": final.stat().st_size,
             "sha256": sha256_of(final), "path": str(final.resolve()), "seq": seq,
             "write_s": time.perf_counter() - t0}
@@ -87,21 +101,22 @@ def commit(directory: str | Path, seq: int, manifest: dict, parts: list[dict], k
     the manifest last (temporary, fsync, rename, directory fsync) and keep the newest `keep`.
     Each part's ``path`` is updated to its place in this checkpoint."""
     d = checkpoint_dir(directory, seq)
-    d.mkdir(parents=True, exist_ok=True)
     files = []
-    for part in parts:
-        here = d / part["file"]
-        if Path(part["path"]) != here.resolve():
-            _link(Path(part["path"]), here)
-            part["path"] = str(here.resolve())
-        files.append({k: part[k] for k in ("file", "role", "index", "bytes", "sha256")})
-    body = {"format": FORMAT, "schema": SCHEMA, "seq": seq, "created": time.time(), **manifest, "files": files}
-    tmp = d / f".{MANIFEST}.tmp-{os.getpid()}"
-    tmp.write_text(json.dumps(body, indent=1))
-    fsync_path(tmp)
-    os.replace(tmp, d / MANIFEST)
-    fsync_path(d)
-    fsync_path(Path(directory))
+    with _writing(d / MANIFEST):
+        d.mkdir(parents=True, exist_ok=True)
+        for part in parts:
+            here = d / part["file"]
+            if Path(part["path"]) != here.resolve():
+                _link(Path(part["path"]), here)
+                part["path"] = str(here.resolve())
+            files.append({k: part[k] for k in ("file", "role", "index", "bytes", "sha256")})
+        body = {"format": FORMAT, "schema": SCHEMA, "seq": seq, "created": time.time(), **manifest, "files": files}
+        tmp = d / f".{MANIFEST}.tmp-{os.getpid()}"
+        tmp.write_text(json.dumps(body, indent=1))
+        fsync_path(tmp)
+        os.replace(tmp, d / MANIFEST)
+        fsync_path(d)
+        fsync_path(Path(directory))
     complete = [p for p in checkpoint_paths(directory) if (p / MANIFEST).exists()]
     for old in complete[max(1, keep):]:
         shutil.rmtree(old, ignore_errors=True)
