@@ -5,7 +5,8 @@ manifest) and reports, per checkpoint, its bytes, the write time (from the cut's
 manifest's commit), the hold (the cut waiting for every worker's push) and the pause (hold +
 write). Right before and after each run the same number of bytes goes through ``np.save`` +
 fsync into a new file in the same directory, so the disk's speed at that time (the mean rate
-before and after, times the checkpoint's bytes) is what a checkpoint is measured against.
+before and after, times the checkpoint's bytes) is what a checkpoint is measured against; and,
+the same way, the bytes of the same state written densely (what a naive dump would write).
 """
 from __future__ import annotations
 
@@ -35,8 +36,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dir", default=None, help="where checkpoints go (default: a temporary directory "
                                                     "under the current one: the disk being measured)")
     parser.add_argument("--timeout", type=float, default=1800)
-    parser.add_argument("--guess-bytes", type=int, default=0,
-                        help="checkpoint size for the np.save before the run (default: from a first short run)")
     parser.add_argument("--out", default=None, help="write results.json and results.md here")
 
 
@@ -54,11 +53,16 @@ def np_save_s(directory: Path, nbytes: int) -> float:
     return took
 
 
-def _size_of(cmd: list[str], timeout: float) -> int:
-    """Bytes of the final checkpoint of the same run stopped after two steps per worker."""
+def _short_run(cmd: list[str], timeout: float) -> dict:
+    """The summary of the same run stopped after two steps per worker (its final checkpoint's size)."""
     with tempfile.TemporaryDirectory(dir=Path(cmd[cmd.index("--checkpoint-dir") + 1]).parent) as tmp:
-        short = [*cmd, "--max-steps", "2", "--checkpoint-dir", str(Path(tmp) / "ck")]
-        return int(run_summary(short, timeout)["checkpoints_written"][-1]["bytes"])
+        return run_summary([*cmd, "--max-steps", "2", "--checkpoint-dir", str(Path(tmp) / "ck")], timeout)
+
+
+def dense_bytes(n_params: int, workers: int) -> int:
+    """What the same state takes written densely: every server range's parameters and start, and
+    each worker's unsent work and produced sum (the data order aside)."""
+    return 8 * n_params * (2 + 2 * workers)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -76,15 +80,21 @@ def run(args: argparse.Namespace) -> int:
                    "--seed", str(seed), "--epochs", str(args.epochs), *flags, "--checkpoint-dir", str(ck),
                    "--checkpoint-every", args.every, "--keep-checkpoints", "2"]
             # the yardstick needs the checkpoint's size: a short run first, the same shape
-            guess = args.guess_bytes or _size_of(cmd, args.timeout)
+            short = _short_run(cmd, args.timeout)
+            guess = int(short["checkpoints_written"][-1]["bytes"])
+            dense = dense_bytes(short["n_params"], args.workers)
             before = np_save_s(Path(tmp), guess) / guess
+            dense_before = np_save_s(Path(tmp), dense)
             s = run_summary(cmd, args.timeout)
             written = s["checkpoints_written"]
             nbytes = int(statistics.median(c["bytes"] for c in written))
             after = np_save_s(Path(tmp), nbytes) / nbytes
+            dense_after = np_save_s(Path(tmp), dense)
         save_s = nbytes * (before + after) / 2     # at the disk's mean rate before and after the run
+        dense_s = (dense_before + dense_after) / 2
         for c in written:
             rows.append({**c, "seed": seed, "np_save_s": save_s, "write_vs_np_save": c["write_s"] / save_s,
+                         "dense_bytes": dense, "np_save_dense_s": dense_s, "write_vs_dense": c["write_s"] / dense_s,
                          "pause_vs_write": c["pause_s"] / c["write_s"], "n_params": s["n_params"],
                          "workers": s["workers"], "servers": args.servers, "test_loss": s["test_loss"]})
             print(f"  seed {seed} ckpt {c['seq']} ({c['reason']}): {c['bytes'] / 1e6:.0f} MB in {c['write_s']:.2f} s "
@@ -99,11 +109,12 @@ def run(args: argparse.Namespace) -> int:
 def format_table(rows: list[dict]) -> str:
     """One line per checkpoint written."""
     out = ["| seed | ckpt | reason | files | MB | np.save + fsync s | write s | write / np.save | hold s | "
-           "pause s | pause / write | server 0 part s | slowest part s |",
-           "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+           "pause s | pause / write | server 0 part s | slowest part s | dense MB | np.save dense s | write / dense |",
+           "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         out.append(f"| {r['seed']} | {r['seq']} | {r['reason']} | {r['files']} | {r['bytes'] / 1e6:.0f} | "
                    f"{r['np_save_s']:.2f} | {r['write_s']:.2f} | {r['write_vs_np_save']:.2f} | {r['hold_s']:.2f} | "
                    f"{r['pause_s']:.2f} | {r['pause_vs_write']:.2f} | {r['server0_part_s']:.2f} | "
-                   f"{r['slowest_part_s']:.2f} |")
+                   f"{r['slowest_part_s']:.2f} | {r['dense_bytes'] / 1e6:.0f} | {r['np_save_dense_s']:.2f} | "
+                   f"{r['write_vs_dense']:.2f} |")
     return "\n".join(out)
