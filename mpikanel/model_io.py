@@ -88,7 +88,7 @@ def export_checkpoint(checkpoint: str | Path, path: str | Path) -> Path:
     from .data import describe
     from .train import data_spec
 
-    ckpt = load(checkpoint)
+    ckpt = load(checkpoint, worker_arrays=False)
     config = make_config(ckpt.config)
     info = describe(data_spec(config))
     return save_model(path, ckpt.params, config.to_dict(), info.n_features, info.label_values)

@@ -223,7 +223,10 @@ def train(config: TrainConfig | dict | None = None, comm=None, _stop: StopSignal
                 params[:], initial[:] = ckpt.params, ckpt.initial
             comm.Bcast(params, root=0)
             comm.Bcast(initial, root=0)
+            # each worker reads its own part (rank 0 verified every part): no worker's arrays pass through rank 0
             my_state = comm.scatter([None] * k + ckpt.workers if rank == 0 else None, root=0)
+            if my_state is not None:
+                my_state = ckpt_mod.worker_state(my_state)
             # what a scaling policy held back: each server continues its own range of it
             if comm.bcast(rank == 0 and "unapplied" in ckpt.server_arrays, root=0):
                 unapplied = ckpt.server_arrays["unapplied"] if rank == 0 else np.empty_like(params)
@@ -262,7 +265,7 @@ def train(config: TrainConfig | dict | None = None, comm=None, _stop: StopSignal
 def _load_resume(config: TrainConfig, ranks: int, s: Setup):
     """Rank 0: the checkpoint to resume (or None for 'latest' in an empty directory) and its path."""
     if config.resume == "latest":
-        ckpt, notes = ckpt_mod.load_latest(config.checkpoint_dir)
+        ckpt, notes = ckpt_mod.load_latest(config.checkpoint_dir, worker_arrays=False)
         for note in notes:
             print(f"mpikanel: {note}", file=sys.stderr, flush=True)
         if ckpt is None:
@@ -271,7 +274,7 @@ def _load_resume(config: TrainConfig, ranks: int, s: Setup):
             print(f"mpikanel: no checkpoint in {config.checkpoint_dir}; starting fresh", file=sys.stderr, flush=True)
             return None, None
     else:
-        ckpt = ckpt_mod.load(config.resume)
+        ckpt = ckpt_mod.load(config.resume, worker_arrays=False)
     ckpt_mod.check_compatible(ckpt, ranks, config.sync, s.model.name, s.n_params)
     if ckpt.ranks != ranks:
         if not config.quiet:

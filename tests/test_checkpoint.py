@@ -258,3 +258,18 @@ def test_a_part_that_cannot_be_written_is_one_error_naming_the_file(tmp_path):
     with pytest.raises(CheckpointError, match=r"ckpt-000002/manifest.json: cannot write"):
         ck.commit(tmp_path, 2, {}, [])
     assert not list((tmp_path / "ckpt-000002").glob(".manifest.json.tmp-*"))   # no temporary left
+
+
+def test_workers_parts_can_stay_on_disk_until_each_worker_reads_its_own(tmp_path):
+    c = make()
+    for w in c.workers:
+        w["state"]["schedule"] = {"unsent_samples": 64}
+    c.server.update(budget={"counted": 0, "lease": [1, 1], "expired": False}, deltas_applied=0, busy_s=0.0)
+    lazy = ck.load(ck.save(tmp_path, c), worker_arrays=False)
+    assert set(lazy.workers[1]) == {"state", "part"} and lazy.workers[1]["part"].endswith("worker-00001.h5")
+    full = ck.worker_state(lazy.workers[1])
+    assert np.array_equal(full["unsent"], c.workers[1]["unsent"]) and full["state"] == c.workers[1]["state"]
+    assert ck.worker_state(full) is full                        # already loaded: as it is
+    # a reshape reads them one by one: the same start as from the fully loaded checkpoint
+    assert np.array_equal(ck.reshape(lazy, 4).params, ck.reshape(ck.load(lazy.path), 4).params)
+    assert np.allclose(ck.reshape(lazy, 4).params, c.params + c.workers[0]["unsent"] + c.workers[1]["unsent"])

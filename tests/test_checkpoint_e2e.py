@@ -11,7 +11,7 @@ import pytest
 
 from launch import checkpoints, clean_env, mpiexec, run_train
 from mpikanel.checkpoint import HOLD_ENV
-from test_train_e2e import assert_no_lost_work, kill_rank, rank_pids
+from test_train_e2e import _descendants, assert_no_lost_work, kill_rank, mpi_rank_of, rank_pids
 
 RUN = ["--synthetic-rows", "20000", "--epochs", "2"]
 LONG = ["--synthetic-rows", "100000", "--epochs", "6", "--progress", "off"]   # ~6 s of training
@@ -120,6 +120,50 @@ def test_ctrl_c_without_checkpoints_is_one_line_and_exit_130(tmp_path):
     assert rc == 130, err
     assert err.count("mpikanel: interrupted") == 1, err
     assert "Traceback" not in err and "KeyboardInterrupt" not in err
+
+
+LOST_INTERRUPT = """
+import ctypes, sys, time
+from mpikanel.comm.cli import run_cli
+
+def body(config, world):
+    compare = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p)
+
+    def cmp(a, b):                  # Python called from C, as numba's compiler calls back
+        print("in callback", flush=True)
+        time.sleep(10.0)
+        return 0
+
+    ctypes.CDLL(None).qsort((ctypes.c_int * 2)(1, 2), 2, 4, compare(cmp))
+    time.sleep(60)
+    return 0
+
+sys.exit(run_cli("lost", body, []))
+"""
+
+
+def test_ctrl_c_landing_in_a_c_callback_still_ends_the_job_with_one_line(tmp_path):
+    # Python drops a KeyboardInterrupt raised inside a ctypes callback ("Exception ignored");
+    # numba compiling at start-up is such a callback, and a Ctrl-C there used to be lost
+    script = tmp_path / "lost.py"
+    script.write_text(LOST_INTERRUPT)
+    proc = subprocess.Popen([mpiexec(), "-n", "2", sys.executable, str(script)], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=clean_env(), start_new_session=True)
+    try:
+        inside = 0
+        while inside < 2:
+            line = proc.stdout.readline()
+            assert line, f"the ranks never reached the callback: {proc.stderr.read()}"
+            inside += "in callback" in line
+        for pid in _descendants(proc.pid):
+            if mpi_rank_of(pid) is not None and str(script).encode() in Path(f"/proc/{pid}/cmdline").read_bytes():
+                os.kill(pid, signal.SIGINT)
+    except BaseException:
+        os.killpg(proc.pid, signal.SIGKILL)
+        raise
+    rc, _, err = finish(proc, timeout=40)      # the callback's 10 s and the 60 s after it never end it
+    assert rc == 130, err
+    assert err.count("lost: interrupted") == 1 and "Traceback" not in err, err
 
 
 # SSP's state is the book's clocks, which PSP and ESP resume too (CI time)

@@ -21,7 +21,7 @@ part: later checkpoints hard-link it (copy where links fail) instead of writing 
 from .control import CheckpointControl, parse_every
 from .layout import (FORMAT, MANIFEST, SCHEMA, SPARSE_AT, Checkpoint, checkpoint_dir, checkpoint_paths,
                      clean_temporaries, next_seq, sha256_of)
-from .read import load, load_latest
+from .read import load, load_latest, worker_state
 from .restart import check_compatible, reshape
 from .write import (HOLD_ENV, HOLD_S, commit, hold_s, run_fields, save, write_part, write_server_part,
                     write_worker_part)
@@ -37,4 +37,4 @@ def main(argv: list[str] | None = None) -> int:
 __all__ = ["FORMAT", "MANIFEST", "SCHEMA", "SPARSE_AT", "HOLD_ENV", "HOLD_S", "Checkpoint", "CheckpointControl",
            "check_compatible", "checkpoint_dir", "checkpoint_paths", "clean_temporaries", "commit", "hold_s",
            "load", "load_latest", "main", "next_seq", "parse_every", "reshape", "run_fields", "save",
-           "sha256_of", "write_part", "write_server_part", "write_worker_part"]
+           "sha256_of", "worker_state", "write_part", "write_server_part", "write_worker_part"]

@@ -14,7 +14,7 @@ def describe_checkpoint(path: Path) -> dict:
     """What one checkpoint holds and whether it loads (every part verified against the manifest)."""
     info: dict[str, Any] = {"path": str(path)}
     try:
-        ckpt = load(path)
+        ckpt = load(path, worker_arrays=False)
     except InputError as exc:
         return {**info, "valid": False, "error": str(exc)}
     steps = [int(w["state"].get("stats", {}).get("steps", 0)) if isinstance(w.get("state"), dict) else 0

@@ -41,9 +41,14 @@ def _manifest(d: Path) -> dict:
     return man
 
 
-def load(path: str | Path) -> Checkpoint:
+WORKER_ARRAYS = ("unsent", "produced", "order")
+
+
+def load(path: str | Path, worker_arrays: bool = True) -> Checkpoint:
     """Read a checkpoint directory, every part verified against its manifest; InputError naming
-    the file and the reason if anything is missing, truncated or changed."""
+    the file and the reason if anything is missing, truncated or changed. Without
+    ``worker_arrays`` each worker's entry holds its state and its part's path (``part``), so
+    the arrays of many workers need not be in one process at once (:func:`worker_state`)."""
     import h5py
 
     d = Path(path)
@@ -74,8 +79,9 @@ def load(path: str | Path) -> Checkpoint:
                         server = json.loads(f.attrs["server"])
                         book = {k: v[()] for k, v in f["book"].items()}
                 else:
-                    workers[int(entry["index"])] = {"state": json.loads(f.attrs["state"]),
-                                                    **{k: get_array(f[k]) for k in ("unsent", "produced", "order")}}
+                    arrays = {k: get_array(f[k]) for k in WORKER_ARRAYS} if worker_arrays else \
+                        {"part": str(d / entry["file"])}
+                    workers[int(entry["index"])] = {"state": json.loads(f.attrs["state"]), **arrays}
         covered = sorted(tuple(r) for r in man["key_ranges"])
         if server is None or len(workers) != int(man["ranks"]) - 1 or covered[0][0] != 0 or covered[-1][1] != n:
             raise InputError(f"{d}: inconsistent checkpoint (parts missing from the manifest)")
@@ -93,13 +99,26 @@ def load(path: str | Path) -> Checkpoint:
         raise InputError(f"{d}: corrupted or truncated checkpoint ({first})") from None
 
 
-def load_latest(directory: str | Path) -> tuple[Checkpoint | None, list[str]]:
+def worker_state(saved: dict) -> dict:
+    """A worker's resumable state with its arrays (read from its part where ``load`` left them)."""
+    import h5py
+
+    if "part" not in saved:
+        return saved
+    try:
+        with h5py.File(saved["part"], "r", locking=False) as f:
+            return {"state": saved["state"], **{k: get_array(f[k]) for k in WORKER_ARRAYS}}
+    except (OSError, KeyError) as exc:
+        raise InputError(f"{saved['part']}: corrupted or truncated checkpoint part ({exc})") from None
+
+
+def load_latest(directory: str | Path, worker_arrays: bool = True) -> tuple[Checkpoint | None, list[str]]:
     """The newest valid checkpoint in a directory (None if there is none), and notes on the
     invalid or incomplete newer ones that were skipped."""
     notes = []
     for p in checkpoint_paths(directory):
         try:
-            return load(p), notes
+            return load(p, worker_arrays), notes
         except InputError as exc:
             notes.append(f"skipping invalid checkpoint: {exc}")
     return None, notes

@@ -5,6 +5,7 @@ import numpy as np
 
 from ..errors import InputError
 from .layout import Checkpoint
+from .read import worker_state
 
 
 def check_compatible(ckpt: Checkpoint, ranks: int, sync: str, model: str, n_params: int) -> None:
@@ -33,7 +34,9 @@ def reshape(ckpt: Checkpoint, ranks: int) -> Checkpoint:
     (seed, rank, the checkpoint's seq). Delta accounting restarts at the cut: `initial` becomes
     the folded parameters, so the resumed run checks that no delta of its own was lost.
     """
-    unsent = sum((np.asarray(w["unsent"], dtype=np.float64) for w in ckpt.workers), np.zeros_like(ckpt.params))
+    unsent = np.zeros_like(ckpt.params)
+    for w in ckpt.workers:          # one worker's arrays at a time (read from its part if not loaded)
+        unsent += np.asarray(worker_state(w)["unsent"], dtype=np.float64)
     unsent_samples = sum(int(w["state"]["schedule"].get("unsent_samples", 0)) for w in ckpt.workers)
     params = ckpt.params + unsent
     budget = dict(ckpt.server["budget"], counted=int(ckpt.server["budget"]["counted"]) + unsent_samples, lease=None)

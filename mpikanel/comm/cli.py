@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import sys
+import threading
 import time
 import traceback
 from typing import Callable
@@ -31,6 +32,26 @@ def run_cli(prog: str, body: Callable[[TrainConfig, object], int], argv: list[st
     from mpi4py import MPI
 
     world = MPI.COMM_WORLD
+
+    def interrupted() -> None:
+        # Ctrl-C reaches every rank: rank 0 says it once and aborts (peers blocked inside MPI never
+        # return to Python to see the signal); a rank that was not ended by then says it itself,
+        # one rank after another, in case rank 0's interrupt was lost
+        rank = world.Get_rank()
+        if rank:
+            time.sleep(2.0 + 0.5 * rank)
+        print(f"{prog}: interrupted", file=sys.stderr, flush=True)
+        world.Abort(130)
+
+    def lost_interrupt(unraisable, previous=sys.unraisablehook) -> None:
+        # a Ctrl-C landing in a ctypes callback (numba compiling, for one) is printed and dropped
+        # by Python instead of raised: act on it from a thread, without the traceback
+        if issubclass(unraisable.exc_type, KeyboardInterrupt):
+            threading.Thread(target=interrupted, daemon=True).start()
+        else:
+            previous(unraisable)
+
+    sys.unraisablehook = lost_interrupt
     try:
         return body(config, world)
     except InputError as exc:
@@ -38,11 +59,7 @@ def run_cli(prog: str, body: Callable[[TrainConfig, object], int], argv: list[st
             print(f"{prog}: error: {exc}", file=sys.stderr, flush=True)
         return 2
     except KeyboardInterrupt:
-        if world.Get_rank() == 0:
-            print(f"{prog}: interrupted", file=sys.stderr, flush=True)
-        else:
-            time.sleep(2.0)        # Ctrl-C reaches every rank: let rank 0 say it once and abort
-        world.Abort(130)           # peers blocked inside MPI never return to Python to see the signal
+        interrupted()
         return 130
     except BaseException as exc:  # noqa: BLE001 - any failure must end the whole job
         detail = "" if isinstance(exc, TrainingError) else "".join(traceback.format_exception(exc))
