@@ -273,3 +273,5 @@ def test_workers_parts_can_stay_on_disk_until_each_worker_reads_its_own(tmp_path
     # a reshape reads them one by one: the same start as from the fully loaded checkpoint
     assert np.array_equal(ck.reshape(lazy, 4).params, ck.reshape(ck.load(lazy.path), 4).params)
     assert np.allclose(ck.reshape(lazy, 4).params, c.params + c.workers[0]["unsent"] + c.workers[1]["unsent"])
+    again = ck.load(ck.save(tmp_path / "copy", lazy))          # written anew from the parts left on disk
+    assert np.array_equal(again.workers[1]["unsent"], c.workers[1]["unsent"])

@@ -15,6 +15,7 @@ import numpy as np
 from ..errors import CheckpointError
 from .layout import (FORMAT, MANIFEST, SCHEMA, Checkpoint, checkpoint_dir, checkpoint_paths, fsync_path,
                      next_seq, put_array, sha256_of)
+from .read import worker_state
 
 #: fault tests: "RANK:SEQ" makes that rank's part of checkpoint SEQ pause mid-file for a minute
 HOLD_ENV = "MPIKANEL_TEST_HOLD_WRITE"
@@ -142,6 +143,6 @@ def save(directory: str | Path, ckpt: Checkpoint, keep: int = 3) -> Path:
     unapplied = arrays.pop("unapplied", None)
     parts = [write_server_part(directory, seq, 0, slice(0, n), ckpt.params, ckpt.initial, unapplied,
                                (ckpt.server, arrays))]
-    parts += [write_worker_part(directory, seq, w, saved) for w, saved in enumerate(ckpt.workers)]
+    parts += [write_worker_part(directory, seq, w, worker_state(saved)) for w, saved in enumerate(ckpt.workers)]
     run = run_fields(ckpt.config, ckpt.ranks, [(0, n)], ckpt.sync, ckpt.model, ckpt.elapsed_s, ckpt.final, ckpt.reason)
     return commit(directory, seq, run, parts, keep)
