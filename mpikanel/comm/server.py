@@ -148,7 +148,7 @@ class PushPool:
 
 
 #: bound on one small pickled message (a checkpoint part's manifest entry, a server's report)
-SMALL_MESSAGE = 1 << 20
+SMALL_MESSAGE = 1 << 16      # a manifest entry is ~300 bytes, a server report ~1 kB
 
 
 def receive_all(comm: MPI.Comm, sources: list[int], tag: Tag) -> list:
