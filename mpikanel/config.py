@@ -7,7 +7,7 @@ import json
 import math
 import sys
 import tomllib
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -86,17 +86,20 @@ class TrainConfig:
     save_model: str | None = None
     progress: str = "auto"
     quiet: bool = False
+    #: the settings given explicitly (flags, TOML keys, dict keys, overrides); a resume takes the
+    #: others from the checkpoint. Not a flag, and not part of to_dict()
+    given: frozenset = field(default=frozenset(), compare=False, repr=False, metadata={"flag": False})
 
     def __post_init__(self) -> None:
         _validate(self)
 
     def replace(self, **changes: Any) -> "TrainConfig":
-        """A copy with some fields changed (validated again)."""
-        return dataclasses.replace(self, **changes)
+        """A copy with some fields changed (validated again; they count as given)."""
+        return dataclasses.replace(self, **changes, given=self.given | set(changes))
 
     def to_dict(self) -> dict[str, Any]:
-        """Plain dict of all fields (JSON-safe; inf staleness becomes "inf")."""
-        d = dataclasses.asdict(self)
+        """Plain dict of all settings (JSON-safe; inf staleness becomes "inf")."""
+        d = {f.name: getattr(self, f.name) for f in setting_fields()}
         if math.isinf(d["staleness"]):
             d["staleness"] = "inf"
         return d
@@ -111,6 +114,27 @@ class TrainConfig:
         if self.synthetic_classes is not None:
             return self.synthetic_classes
         return 2 if self.model == "logistic" else 10
+
+
+def setting_fields() -> list[dataclasses.Field]:
+    """TrainConfig's settings: every field but the bookkeeping ones (``given``)."""
+    return [f for f in fields(TrainConfig) if f.metadata.get("flag", True)]
+
+
+#: settings a resumed run never takes from its checkpoint: where this invocation writes and how it talks
+NOT_RESUMED = frozenset({"resume", "checkpoint_dir", "summary_json", "save_model", "metrics", "progress", "quiet",
+                         "threads"})
+
+
+def resumed_config(config: TrainConfig, checkpointed: dict[str, Any]) -> TrainConfig:
+    """The config a resume runs with: the checkpointed run's settings, except those given explicitly
+    now and those that belong to this invocation (NOT_RESUMED)."""
+    known = {f.name for f in setting_fields()}
+    taken = {k: v for k, v in checkpointed.items()
+             if k in known and k not in config.given and k not in NOT_RESUMED}
+    if isinstance(taken.get("staleness"), str):
+        taken["staleness"] = _float_or_inf(taken["staleness"])
+    return dataclasses.replace(config, **taken) if taken else config
 
 
 #: how the run's work is counted: the whole cluster's samples (server-enforced), or each worker's own epochs
@@ -288,16 +312,56 @@ _HELP = {
 }
 
 
+#: the --help groups, in order: every setting is in exactly one
+GROUPS: dict[str, tuple[str, ...]] = {
+    "data": ("data", "data_dir", "test_data", "test_fraction", "val_fraction", "n_features", "synthetic_rows",
+             "synthetic_features", "synthetic_classes", "sparse_nnz", "sparse_alpha", "sparse_values",
+             "permute_features"),
+    "model": ("model", "hidden", "activation", "lr", "batch_size", "l2", "seed", "threads"),
+    "sync": ("sync", "servers", "push", "staleness", "esp_rho", "esp_max_skip", "esp_busy_max", "esp_scale",
+             "esp_probe", "esp_value", "esp_efficiency", "esp_value_low", "esp_value_high", "psp_k_max",
+             "psp_aggregate", "psp_estimator", "psp_objective", "psp_wait"),
+    "budget": ("epochs", "budget", "time_budget", "max_steps"),
+    "heterogeneity": ("slowdown", "pause_prob", "pause_s", "link_delay", "link_bandwidth", "server_delay"),
+    "checkpoints": ("checkpoint_dir", "checkpoint_every", "keep_checkpoints", "resume"),
+    "output": ("summary_json", "save_model", "metrics", "snapshot_interval", "target_loss", "scenario", "progress",
+               "quiet"),
+}
+_GROUP_TITLES = {
+    "data": "data: what to train on",
+    "model": "model: what to train, and SGD",
+    "sync": "sync: how workers and servers synchronize",
+    "budget": "budget: how much work a run does",
+    "heterogeneity": "heterogeneity: injected stragglers, pauses, slow links, a congested server",
+    "checkpoints": "checkpoints: periodic, on SIGTERM/SIGUSR1/SIGINT, and resume (a resume takes every setting not "
+                   "given from the checkpoint)",
+    "output": "output",
+}
+
+
 class _Parser(argparse.ArgumentParser):
-    """ArgumentParser whose usage errors are printed by one rank only."""
+    """ArgumentParser whose usage errors are one line, printed by one rank only, with the nearest flag."""
 
     print_errors = True
 
     def error(self, message: str) -> None:  # type: ignore[override]
         if self.print_errors:
-            self.print_usage(sys.stderr)
-            sys.stderr.write(f"{self.prog}: error: {message}\n")
+            sys.stderr.write(f"{self.prog}: error: {_with_hint(message, self._option_string_actions)}\n")
         sys.exit(2)
+
+
+def _with_hint(message: str, known: Any) -> str:
+    """An argparse error with the nearest known flag for an unknown one, and where to look."""
+    import difflib
+
+    prefix = "unrecognized arguments: "
+    if message.startswith(prefix):
+        words = message[len(prefix):].split()
+        flag = next((w for w in words if w.startswith("-")), words[0] if words else "")
+        name = flag.split("=", 1)[0]
+        near = difflib.get_close_matches(name, [k for k in known if k.startswith("--")], n=1, cutoff=0.6)
+        return f"unknown flag {name}" + (f"; did you mean {near[0]}?" if near else " (--help lists the flags)")
+    return f"{message} (--help lists the flags)"
 
 
 def _float_or_inf(text: str) -> float:
@@ -307,49 +371,41 @@ def _float_or_inf(text: str) -> float:
         raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
 
 
+#: choices of the settings that have a fixed set of values
+def _choices() -> dict[str, tuple[str, ...]]:
+    from .kernels import KERNELS  # registry at parse time: user models registered before count
+
+    return {"sync": SYNC_MODELS, "push": PUSH_MODES, "esp_scale": ESP_SCALES, "progress": ("auto", "on", "off"),
+            "psp_aggregate": PSP_AGGREGATES, "budget": BUDGETS, "psp_wait": PSP_WAITS,
+            "psp_estimator": PSP_ESTIMATORS, "psp_objective": PSP_OBJECTIVES, "esp_probe": ON_OFF,
+            "esp_value": ON_OFF, "esp_efficiency": ON_OFF, "permute_features": ON_OFF, "model": tuple(KERNELS),
+            "activation": ("relu", "tanh")}
+
+
 def build_parser(prog: str = "python -m mpikanel.train", print_errors: bool = True) -> argparse.ArgumentParser:
-    """The CLI parser; every option defaults to 'not given' so TOML values can fill in."""
-    p = _Parser(prog=prog, description="Distributed SGD on an MPI parameter server: rank 0 serves, "
-                "ranks 1..N-1 train. Run as: mpirun -n 4 python -m mpikanel.train [options]",
+    """The CLI parser, flags grouped as GROUPS; every option defaults to 'not given' so TOML values can fill in."""
+    p = _Parser(prog=prog, usage="mpiexec -n N %(prog)s [--config TOML] [options, grouped below]",
+                description="Distributed SGD on an MPI parameter server: ranks 0..K-1 serve, the others train.",
                 argument_default=argparse.SUPPRESS)
     p.print_errors = print_errors
     p.add_argument("--config", metavar="TOML", help="TOML file whose keys mirror these flags "
                    "(flags given on the command line win)")
     defaults = TrainConfig()
-    for f in fields(TrainConfig):
-        flag = _flag(f.name)
-        default = getattr(defaults, f.name)
-        helptext = _HELP[f.name] + ("" if "default" in _HELP[f.name] else f" (default: {default})")
-        if f.type in ("bool", bool):
-            p.add_argument(flag, action="store_true", help=_HELP[f.name])
-        elif f.name == "sync":
-            p.add_argument(flag, choices=SYNC_MODELS, help=helptext)
-        elif f.name == "push":
-            p.add_argument(flag, choices=PUSH_MODES, help=helptext)
-        elif f.name == "esp_scale":
-            p.add_argument(flag, choices=ESP_SCALES, help=helptext)
-        elif f.name == "progress":
-            p.add_argument(flag, choices=("auto", "on", "off"), help=helptext)
-        elif f.name == "psp_aggregate":
-            p.add_argument(flag, choices=PSP_AGGREGATES, help=helptext)
-        elif f.name == "budget":
-            p.add_argument(flag, choices=BUDGETS, help=helptext)
-        elif f.name == "psp_wait":
-            p.add_argument(flag, choices=PSP_WAITS, help=helptext)
-        elif f.name == "psp_estimator":
-            p.add_argument(flag, choices=PSP_ESTIMATORS, help=helptext)
-        elif f.name == "psp_objective":
-            p.add_argument(flag, choices=PSP_OBJECTIVES, help=helptext)
-        elif f.name in ("esp_probe", "esp_value", "esp_efficiency", "permute_features"):
-            p.add_argument(flag, choices=ON_OFF, help=helptext)
-        elif f.name == "model":
-            from .kernels import KERNELS  # registry at parse time: user models registered before count
-            p.add_argument(flag, choices=tuple(KERNELS), help=helptext)
-        elif f.name == "activation":
-            p.add_argument(flag, choices=("relu", "tanh"), help=helptext)
-        else:
-            kind = _field_kind(f)
-            p.add_argument(flag, type=kind, metavar=f.name.upper(), help=helptext)
+    by_name = {f.name: f for f in setting_fields()}
+    choices = _choices()
+    for group, names in GROUPS.items():
+        g = p.add_argument_group(_GROUP_TITLES[group])
+        for name in names:
+            f = by_name[name]
+            flag = _flag(name)
+            default = getattr(defaults, name)
+            helptext = _HELP[name] + ("" if "default" in _HELP[name] else f" (default: {default})")
+            if f.type in ("bool", bool):
+                g.add_argument(flag, action="store_true", help=_HELP[name])
+            elif name in choices:
+                g.add_argument(flag, choices=choices[name], help=helptext)
+            else:
+                g.add_argument(flag, type=_field_kind(f), metavar=name.upper(), help=helptext)
     return p
 
 
@@ -371,7 +427,7 @@ def load_toml(path: str) -> dict[str, Any]:
         raise InputError(f"{path}: no such config file") from None
     except tomllib.TOMLDecodeError as exc:
         raise InputError(f"{path}: invalid TOML: {exc}") from None
-    known = {f.name: f for f in fields(TrainConfig)}
+    known = {f.name: f for f in setting_fields()}
     out: dict[str, Any] = {}
     for key, value in raw.items():
         name = key.replace("-", "_")
@@ -402,17 +458,19 @@ def config_from_namespace(ns: dict[str, Any]) -> TrainConfig:
 def make_config(values: "TrainConfig | dict[str, Any] | None" = None, **overrides: Any) -> TrainConfig:
     """A TrainConfig from a config, a dict (TOML-style keys allowed) and keyword overrides."""
     if isinstance(values, TrainConfig):
-        base = values.to_dict()
+        base, given = values.to_dict(), set(values.given)
     else:
         base = {k.replace("-", "_"): v for k, v in (values or {}).items()}
+        given = set(base)
     base.update(overrides)
-    known = {f.name for f in fields(TrainConfig)}
+    given |= set(overrides)
+    known = {f.name for f in setting_fields()}
     unknown = sorted(set(base) - known)
     if unknown:
         raise InputError(f"unknown config key(s): {', '.join(unknown)}")
     if isinstance(base.get("staleness"), str):
         base["staleness"] = _float_or_inf(base["staleness"])
     try:
-        return TrainConfig(**base)
+        return TrainConfig(**base, given=frozenset(given))
     except TypeError as exc:
         raise InputError(f"bad config value: {exc}") from None

@@ -31,6 +31,8 @@ class DataInfo:
     n_classes: int
     description: str
     label_values: tuple
+    features_cause: str = ""   # where the feature count comes from (for size errors), e.g. a libsvm line
+    row_bytes: int = 0         # bytes a training row takes in memory when rows are dense (0: CSR rows)
 
 
 @dataclass
@@ -104,6 +106,8 @@ def describe(spec: DataSpec) -> DataInfo:
         n_classes=len(classes),
         description=src.description,
         label_values=classes,
+        features_cause=src.features_cause or f"{src.n_features} features in {src.description}",
+        row_bytes=0 if isinstance(src, (_Libsvm, _SyntheticSparse)) else 4 * src.n_features,
     )
 
 
@@ -136,9 +140,13 @@ def _load_test(spec: DataSpec, info: DataInfo) -> Shard:
     return _read_shard(src, info, _train_rows(spec, src), src.n_rows)
 
 
-def read_file(path: str, n_features: int | None = None) -> tuple[np.ndarray | CSR, np.ndarray]:
-    """All rows of one data file (.npz, .h5/.hdf5 or libsvm text) as (features, raw labels)."""
-    src = _open_path(path, n_features, None, "data")
+def read_file(path: str, n_features: int | None = None,
+              labels: bool = True) -> tuple[np.ndarray | CSR, np.ndarray]:
+    """All rows of one data file (.npz, .h5/.hdf5 or libsvm text) as (features, raw labels).
+
+    ``labels=False``: a file without labels (an .npz/HDF5 with X only) reads with NaN labels, as
+    do libsvm rows whose label is a placeholder (``?`` or ``nan``)."""
+    src = _open_path(path, n_features, None, "data", labels=labels)
     X, y = src.read(0, src.n_rows)
     if not isinstance(X, CSR):
         X = np.ascontiguousarray(X, dtype=np.float32)
@@ -218,16 +226,16 @@ def _check_feature_count(n_features: int, src: _Source) -> None:
         )
 
 
-def _open_path(path: str, n_features: int | None, base: int | None, role: str) -> _Source:
+def _open_path(path: str, n_features: int | None, base: int | None, role: str, labels: bool = True) -> _Source:
     if not os.path.exists(path):
         raise InputError(f"{path}: no such file")
     if os.path.isdir(path):
         raise InputError(f"{path}: is a directory, expected a data file")
     lower = path.lower()
     if lower.endswith(".npz"):
-        return _Npz(path)
+        return _Npz(path, labels)
     if lower.endswith((".h5", ".hdf5")):
-        return _Hdf5(path)
+        return _Hdf5(path, labels)
     return _Libsvm(path, n_features, base, role)
 
 
@@ -266,6 +274,8 @@ def _integer_labels(y: np.ndarray, src: _Source, offset: int) -> np.ndarray:
     bad = ~np.isfinite(y) | (y != np.round(y))
     if bad.any():
         i = int(np.flatnonzero(bad)[0])
+        if np.isnan(y[i]):
+            raise InputError(f"{src.name}: no label at {src.where(offset + i)}; training needs a label on every row")
         raise InputError(f"{src.name}: y has non-integer label {y[i]:g} at {src.where(offset + i)}")
     return y.astype(np.int64)
 
@@ -314,6 +324,7 @@ class _Source:
     n_rows: int
     n_features: int
     fixed_classes: tuple | None = None
+    features_cause: str = ""    # why n_features is what it is, when a single entry decides it
 
     def where(self, row: int) -> str:
         """Human-readable location of global row `row`."""
@@ -345,12 +356,17 @@ class _Synthetic(_Source):
             f"synthetic {self.n_rows}x{self.n_features}, {self.n_classes} classes"
         )
         self.fixed_classes = tuple(range(self.n_classes))
+        self.features_cause = f"--synthetic-features {self.n_features}"
+
+    @functools.cached_property
+    def w(self) -> np.ndarray:
+        """The teacher's weights (made when rows are first drawn: describing the data allocates nothing)."""
         teacher_rng = np.random.default_rng([self.seed, _TEACHER_STREAM])
         w = teacher_rng.standard_normal((self.n_features, self.n_classes))
         # Each logit is ~N(0, scale^2) vs unit Gumbel noise; this scale keeps the Bayes
         # accuracy near 0.88-0.9 for 2..100 classes, so a linear model lands around 85%.
         scale = 3.0 + 3.0 * math.log2(self.n_classes / 2)
-        self.w = w * (scale / math.sqrt(self.n_features))
+        return w * (scale / math.sqrt(self.n_features))
 
     def _chunk(self, c: int) -> tuple[np.ndarray, np.ndarray]:
         rng = np.random.default_rng([self.seed, c])
@@ -600,10 +616,10 @@ def _idx_read_all(path: str, ndim: int) -> np.ndarray:
 class _Npz(_Source):
     """An .npz archive with X (2-D) and y (1-D); row ranges are read without loading all of X."""
 
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, labels: bool = True) -> None:
         self.name = self.description = path
         members = self._members()
-        missing = [a for a in ("X", "y") if a + ".npy" not in members]
+        missing = [a for a in ("X", "y") if a + ".npy" not in members and (labels or a == "X")]
         if missing:
             present = ", ".join(sorted(m[:-4] for m in members if m.endswith(".npy"))) or "none"
             raise InputError(
@@ -614,7 +630,7 @@ class _Npz(_Source):
         _check_x_shape(path, shape, self.dtype)
         self.n_rows, self.n_features = shape
         self.row_bytes = self.n_features * self.dtype.itemsize
-        self.y = self._load_member("y")
+        self.y = self._load_member("y") if "y.npy" in members else np.full(self.n_rows, np.nan)
         _check_y_shape(path, self.y.shape, self.n_rows)
 
     def _zip(self) -> zipfile.ZipFile:
@@ -669,10 +685,10 @@ class _Npz(_Source):
 class _Hdf5(_Source):
     """An HDF5 file with datasets X (2-D) and y (1-D); row ranges are h5py slices."""
 
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, labels: bool = True) -> None:
         self.name = self.description = path
         with self._file() as f:
-            missing = [a for a in ("X", "y") if not isinstance(f.get(a), _h5py().Dataset)]
+            missing = [a for a in ("X", "y") if not isinstance(f.get(a), _h5py().Dataset) and (labels or a == "X")]
             if missing:
                 present = ", ".join(sorted(f.keys())) or "none"
                 raise InputError(
@@ -680,7 +696,7 @@ class _Hdf5(_Source):
                 )
             _check_x_shape(path, f["X"].shape, f["X"].dtype)
             self.n_rows, self.n_features = f["X"].shape
-            self.y = f["y"][()]
+            self.y = f["y"][()] if "y" in f else np.full(self.n_rows, np.nan)
         _check_y_shape(path, self.y.shape, self.n_rows)
 
     def _file(self):
@@ -729,6 +745,8 @@ class _Libsvm(_Source):
             if needed == 0:
                 raise InputError(f"{path}: data is empty (no feature values)")
             self.n_features = needed
+            line = self._line_of_entry(int(np.argmax(self.cols)))
+            self.features_cause = f"feature index {max_index} in {path} line {line}"
         elif needed > n_features:
             line = self._line_of_entry(int(np.argmax(self.cols)))
             if role == "test":
@@ -741,6 +759,7 @@ class _Libsvm(_Source):
             )
         else:
             self.n_features = n_features
+            self.features_cause = f"--n-features {n_features}"
 
     def _line_of_entry(self, entry: int) -> int:
         """Line number of the row holding CSR entry `entry`."""
@@ -796,7 +815,13 @@ def _parse_libsvm(path: str, size: int, mtime_ns: int) -> tuple[np.ndarray, ...]
     )
 
 
+#: libsvm label tokens that stand for "no label" (rows to predict); they read as NaN
+LABEL_PLACEHOLDERS = ("?", "nan", "NaN", "NA")
+
+
 def _parse_label(tok: str, path: str, lineno: int) -> float:
+    if tok in LABEL_PLACEHOLDERS:
+        return math.nan
     try:
         return float(tok)
     except ValueError:

@@ -11,3 +11,8 @@ class TrainingError(RuntimeError):
 
 class CheckpointError(TrainingError):
     """A checkpoint could not be written (disk full, no permission, ...): names the file, no traceback."""
+
+
+class NothingLeft(Exception):
+    """A resumed run whose checkpoint has already done all of its budget: nothing to train (the CLI
+    prints the message and exits 0)."""

@@ -14,7 +14,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m mpikanel.predict", description=__doc__.split(": ", 1)[1])
     p.add_argument("--model", required=True, metavar="PATH",
                    help="model file (from --save-model); with --export, the file to write")
-    p.add_argument("--data", metavar="FILE", help="rows to predict: .npz, .h5/.hdf5 or libsvm text")
+    p.add_argument("--data", metavar="FILE", help="rows to predict: .npz or .h5/.hdf5 with X (and y, optional), or "
+                                                   "libsvm text (label '?' for rows without one); labels, where "
+                                                   "every row has one, only give the accuracy")
     p.add_argument("--out", metavar="PATH", help="write the predictions here (.npy, else one per line); "
                                                   "default: standard output")
     p.add_argument("--proba", action="store_true", help="write class probabilities instead of labels")
@@ -35,17 +37,28 @@ def run(args: argparse.Namespace) -> int:
     from .data import read_file
 
     model = load_model(args.model)
-    X, y = read_file(args.data, model.n_features_in_)
+    X, y = read_file(args.data, model.n_features_in_, labels=False)
     out = model.predict_proba(X) if args.proba else model.predict(X)
     if args.out and args.out.endswith(".npy"):
         np.save(args.out, out)
     else:
         fmt = "%.6g" if args.proba else "%s"
         np.savetxt(args.out or sys.stdout, out, fmt=fmt)
-    known = np.isin(y, model.classes_)
-    if y.size and known.all():
-        print(f"{args.data}: {y.size} rows, accuracy {model.score(X, y):.4f} ({model!r})", file=sys.stderr)
+    print(f"{args.data}: {y.size} rows, {score_text(model, X, y)} ({model!r})", file=sys.stderr)
     return 0
+
+
+def score_text(model, X, y: np.ndarray) -> str:
+    """The accuracy on the rows' labels when every row has one the model knows; else why there is none."""
+    labelled = ~np.isnan(y) if y.dtype.kind == "f" else np.ones(y.shape, dtype=bool)
+    if not labelled.any():
+        return "no labels (predictions only)"
+    if not labelled.all():
+        return f"{int((~labelled).sum())} rows without a label: no accuracy"
+    unknown = ~np.isin(y, model.classes_)
+    if unknown.any():
+        return f"label {y[np.flatnonzero(unknown)[0]]:g} is not one the model was trained on: no accuracy"
+    return f"accuracy {model.score(X, y):.4f}"
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -28,16 +28,17 @@ from .signals import StopSignals
 _EARLY_SIGNALS = StopSignals(enabled=True) if __name__ == "__main__" else None
 
 from .comm import environment  # noqa: E402,F401  - sets MPICH defaults before mpi4py starts MPI
-from .config import TrainConfig, make_config
+from .config import TrainConfig, make_config, resumed_config
 from .data import DataInfo, DataSpec, Shard, describe, load_rows, load_test, shard_range
 from . import checkpoint as ckpt_mod
-from .errors import InputError
+from .errors import InputError, NothingLeft
 from .budget import Budget, fair_steps, total_samples
 from .evaluate import curve_of
 from .model_io import save_model
+from .preflight import check_fits, machine_memory
 from .engine.server_core import ServerCore
 from .hetero import HeteroSpec, Injector, ServerDelay, describe_hetero, parse_hetero
-from .kernels import CSR, BoundModel, Model, bind, get_model, set_threads, warmup
+from .kernels import CSR, BoundModel, Model, bind, cache_is_cold, get_model, set_threads, warmup
 from .metrics import SnapshotRecorder, evaluate_curve, write_metrics
 from .servermap import ServerMap
 from .sparse import effective_mode
@@ -107,7 +108,9 @@ def hetero_spec(config: TrainConfig) -> HeteroSpec:
                       link_delay=config.link_delay, link_bandwidth=config.link_bandwidth, seed=config.seed)
 
 
-def _describe_checked(config: TrainConfig, n_workers: int) -> tuple[DataInfo, Model]:
+def _describe_checked(config: TrainConfig, n_workers: int, ranks_here: int) -> tuple[DataInfo, Model]:
+    """Rank 0: the data's shape and the model, every setting checked, and the run's size against the
+    memory of the machine that holds `ranks_here` of its ranks; InputError otherwise."""
     model = get_model(config.model, hidden=config.hidden, activation=config.activation)
     policy_for(config, n_workers)
     parse_hetero(hetero_spec(config), n_workers)
@@ -117,6 +120,11 @@ def _describe_checked(config: TrainConfig, n_workers: int) -> tuple[DataInfo, Mo
         if path and not os.path.isdir(os.path.dirname(os.path.abspath(path))):
             raise InputError(f"{flag} {path}: its directory does not exist")
     info = describe(data_spec(config))
+    classes = max(info.n_classes, model.min_classes)
+    hidden = f", {config.hidden} hidden units" if model.name == "mlp" else ""
+    check_fits(model.name, model.n_params(info.n_features, classes), f"{info.n_features:,} features x {classes} "
+               f"classes{hidden}", info.features_cause, ranks_here, -(-info.n_rows // n_workers) * info.row_bytes,
+               machine_memory())
     if config.permute_features == "on" and not model.csr_keys:
         raise InputError(f"--permute-features on needs a linear model (logistic, softmax, svm, lsq), not {model.name}")
     if info.n_classes < model.min_classes or (model.max_classes and info.n_classes > model.max_classes):
@@ -141,12 +149,14 @@ def budget_for(config: TrainConfig, n_workers: int, train_rows: int) -> Budget:
     return Budget(n_workers, total, config.batch_size, config.time_budget)
 
 
-def warm_ranks(comm, model: Model, sparse: bool | None = None) -> None:
+def warm_ranks(comm, model: Model, sparse: bool | None = None, quiet: bool = True) -> None:
     """Compile the model's kernels into the numba cache on rank 0 first; the others then load them.
     `sparse` (the data's kind, the same on every rank) loads only the CSR or only the dense kernels:
     each cached kernel costs a rank about a tenth of a second to load."""
     kinds = {} if sparse is None else {"dense": not sparse, "sparse": sparse}
     if comm.Get_rank() == 0:
+        if not quiet and cache_is_cold():
+            print("mpikanel: compiling kernels, once: ~20 s", file=sys.stderr, flush=True)
         warmup(model, **kinds)
     comm.Barrier()
     if comm.Get_rank() != 0:
@@ -155,13 +165,18 @@ def warm_ranks(comm, model: Model, sparse: bool | None = None) -> None:
 
 def setup(config: TrainConfig, comm) -> Setup:
     """Validate and load everything collectively; InputError on every rank if anything is wrong."""
+    from mpi4py import MPI
+
     size, rank, k = comm.Get_size(), comm.Get_rank(), config.servers
     if size < k + 1:
         raise InputError(f"mpikanel needs at least {k + 1} MPI ranks ({k} server{'s' if k > 1 else ''} + workers), "
                          f"got {size}; run as: mpiexec -n {k + 3} python -m mpikanel.train"
                          + (f" --servers {k}" if k > 1 else ""))
     n_workers = size - k
-    described = agree(comm, lambda: _describe_checked(config, n_workers) if rank == 0 else None)
+    here = comm.Split_type(MPI.COMM_TYPE_SHARED)     # the ranks sharing this node's memory
+    ranks_here = here.Get_size()
+    here.Free()
+    described = agree(comm, lambda: _describe_checked(config, n_workers, ranks_here) if rank == 0 else None)
     info = comm.bcast(described and described[0], root=0)   # the Model itself is not pickled
     model = get_model(config.model, hidden=config.hidden, activation=config.activation)
     spec = data_spec(config)
@@ -180,7 +195,7 @@ def setup(config: TrainConfig, comm) -> Setup:
 
     shard, test, val = agree(comm, load)
     sparse = comm.bcast(isinstance(test.X, CSR) if rank == 0 else None, root=0)
-    warm_ranks(comm, model, sparse=sparse)
+    warm_ranks(comm, model, sparse=sparse, quiet=config.quiet)
     lease = budget_for(config, n_workers, train_rows).initial_lease() if config.budget == "shared" else None
     plan = StepPlan(config.epochs, config.batch_size, config.lr, config.l2, info.n_classes, config.max_steps,
                     lease=lease)
@@ -203,6 +218,14 @@ def train(config: TrainConfig | dict | None = None, comm=None, _stop: StopSignal
     comm = (comm if comm is not None else MPI.COMM_WORLD).Dup()
     stop = _stop if _stop is not None else StopSignals(enabled=bool(config.checkpoint_dir))
     try:
+        found, resuming = None, False
+        if config.resume:
+            # the checkpointed run's settings, unless given now: read before anything is built from them
+            found = agree(comm, lambda: _find_resume(config) if comm.Get_rank() == 0 else None)
+            checkpointed = comm.bcast(found.config if found is not None else None, root=0)
+            resuming = checkpointed is not None
+            if resuming:
+                config = resumed_config(config, checkpointed)
         s = setup(config, comm)
         threads = set_threads(config.threads)
         rank, k = comm.Get_rank(), config.servers
@@ -213,9 +236,12 @@ def train(config: TrainConfig | dict | None = None, comm=None, _stop: StopSignal
                                                    np.random.default_rng([config.seed, 12345])), dtype=np.float64)
         initial = params.copy()
         ckpt, resumed_from = None, None
-        if config.resume:
-            loaded = agree(comm, lambda: _load_resume(config, ranks, s) if rank == 0 else None)
-            ckpt, resumed_from = loaded if rank == 0 else (None, None)
+        if resuming:
+            loaded = agree(comm, lambda: _prepare_resume(found, config, ranks, s) if rank == 0 else None)
+            left = comm.bcast(loaded[2] if rank == 0 else None, root=0)
+            if left:
+                raise NothingLeft(left)
+            ckpt, resumed_from = loaded[:2] if rank == 0 else (None, None)
             resumed_from = comm.bcast(resumed_from, root=0)
         my_state = unapplied = None
         if resumed_from is not None:
@@ -262,20 +288,29 @@ def train(config: TrainConfig | dict | None = None, comm=None, _stop: StopSignal
         comm.Free()
 
 
-def _load_resume(config: TrainConfig, ranks: int, s: Setup):
-    """Rank 0: the checkpoint to resume (or None for 'latest' in an empty directory) and its path."""
-    if config.resume == "latest":
-        ckpt, notes = ckpt_mod.load_latest(config.checkpoint_dir, worker_arrays=False)
-        for note in notes:
-            print(f"mpikanel: {note}", file=sys.stderr, flush=True)
-        if ckpt is None:
-            if notes:
-                raise InputError(f"{config.checkpoint_dir}: no valid checkpoint to resume ({notes[-1]})")
-            print(f"mpikanel: no checkpoint in {config.checkpoint_dir}; starting fresh", file=sys.stderr, flush=True)
-            return None, None
-    else:
-        ckpt = ckpt_mod.load(config.resume, worker_arrays=False)
+def _find_resume(config: TrainConfig):
+    """Rank 0: the checkpoint --resume names, read and verified (None for 'latest' in an empty directory)."""
+    if config.resume != "latest":
+        return ckpt_mod.load(config.resume, worker_arrays=False)
+    ckpt, notes = ckpt_mod.load_latest(config.checkpoint_dir, worker_arrays=False)
+    for note in notes:
+        print(f"mpikanel: {note}", file=sys.stderr, flush=True)
+    if ckpt is None:
+        if notes:
+            raise InputError(f"{config.checkpoint_dir}: no valid checkpoint to resume ({notes[-1]})")
+        print(f"mpikanel: no checkpoint in {config.checkpoint_dir}; starting fresh", file=sys.stderr, flush=True)
+    return ckpt
+
+
+def _prepare_resume(ckpt, config: TrainConfig, ranks: int, s: Setup) -> tuple[Any, str | None, str | None]:
+    """Rank 0: (the checkpoint as this run starts from it, its path, None), or (None, None, why nothing
+    is left to do); InputError if it cannot continue this run."""
+    if ckpt is None:
+        return None, None, None
     ckpt_mod.check_compatible(ckpt, ranks, config.sync, s.model.name, s.n_params)
+    left = remaining_work(ckpt, config, s.train_rows)
+    if left is not None:
+        return None, None, left
     if ckpt.ranks != ranks:
         if not config.quiet:
             print(f"mpikanel: {ckpt.path} was written by {ckpt.ranks} ranks; resuming on {ranks}: unsent work "
@@ -288,7 +323,33 @@ def _load_resume(config: TrainConfig, ranks: int, s: Setup):
             start["lease"] = int(budget.lease[w])
     if not config.quiet:
         print(f"mpikanel: resumed from {ckpt.path} ({ckpt.reason}, {ckpt.elapsed_s:.1f} s trained)", flush=True)
-    return ckpt, str(ckpt.path)
+    return ckpt, str(ckpt.path), None
+
+
+def remaining_work(ckpt, config: TrainConfig, train_rows: int) -> str | None:
+    """Why a checkpoint leaves this run nothing to do (None: work is left); InputError when it has
+    already done more than this run's budget."""
+    done = samples_done(ckpt)
+    budget = total_samples(config.epochs, train_rows)
+    where = ckpt.path or "checkpoint"
+    if ckpt.final:
+        return f"{where} is the end of its run ({done} of {budget} samples done); nothing left"
+    if config.max_steps is not None or config.time_budget is not None:
+        return None      # the budget is not (only) samples: the run itself finds out
+    if done > budget:
+        was = ckpt.config.get("epochs")
+        raise InputError(f"{where}: the checkpoint has done {done} samples, more than this run's budget of {budget} "
+                         f"(--epochs {config.epochs} x {train_rows} rows); leave --epochs out to continue its "
+                         f"run's budget" + (f" (--epochs {was})" if was is not None else ""))
+    if done == budget:
+        return f"the checkpoint has done {done} of the {budget} samples; nothing left"
+    return None
+
+
+def samples_done(ckpt) -> int:
+    """Training samples a checkpoint's run has processed: pushed, plus what workers held unsent."""
+    held = sum(int(w["state"]["schedule"].get("unsent_samples", 0)) for w in ckpt.workers if "state" in w)
+    return int(ckpt.server["budget"]["counted"]) + held
 
 
 def _serve(comm, s: Setup, params: np.ndarray, initial: np.ndarray, ckpt, stop: StopSignals):
@@ -448,6 +509,9 @@ def publish(s: Setup, params: np.ndarray, initial: np.ndarray, losses: list, wor
     if s.config.save_model:
         save_model(s.config.save_model, params, s.config.to_dict(), s.info.n_features, s.info.label_values)
         summary["model_file"] = s.config.save_model
+        if not s.config.quiet:
+            print(f"mpikanel: model saved to {s.config.save_model} (use it with: python -m mpikanel.predict --model "
+                  f"{s.config.save_model} --data FILE, or mpikanel.load_model)", flush=True)
     if s.config.summary_json:
         with open(s.config.summary_json, "w") as fh:
             json.dump(summary, fh, indent=2)
@@ -494,13 +558,20 @@ class _progress:
             self.bar.update(steps - self.last)
             self.last = steps
             # steps that did not get their own push: skips (ESP) or local steps (PSP)
-            self.bar.set_postfix(pushes=pushes, skip_rate=f"{1 - pushes / max(steps, 1):.0%}", refresh=False)
+            self.bar.set_postfix(pushes=pushes, skip_rate=f"{max(0.0, 1 - pushes / max(steps, 1)):.0%}", refresh=False)
 
     def __exit__(self, *exc: object) -> None:
         if self.bar is not None:
             if exc[0] is None:
                 self.bar.update(self.bar.total - self.last)
             self.bar.close()
+
+
+def resume_command(ranks: int, checkpoint_dir: str) -> str:
+    """The command that continues a stopped run (its settings come from the checkpoint)."""
+    import shlex
+
+    return f"mpiexec -n {ranks} python -m mpikanel.train --checkpoint-dir {shlex.quote(checkpoint_dir)} --resume latest"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -517,7 +588,13 @@ def main(argv: list[str] | None = None) -> int:
                 if stop.signum == signal.SIGINT and world.Get_rank() == 0:
                     print("mpikanel: interrupted", file=sys.stderr, flush=True)
                 return 128 + (stop.signum or 15)
-        return EXIT_CHECKPOINTED if train(config, world, _stop=stop)["stopped"] else 0
+        summary = train(config, world, _stop=stop)
+        if not summary["stopped"]:
+            return 0
+        if world.Get_rank() == 0:
+            print(f"mpikanel: stopped after writing {summary['checkpoint']}; resume with: "
+                  f"{resume_command(world.Get_size(), config.checkpoint_dir)}", file=sys.stderr, flush=True)
+        return EXIT_CHECKPOINTED
 
     return run_cli("mpikanel", body, argv)
 

@@ -208,6 +208,31 @@ def test_inspect_lists_checkpoints_verified_and_says_what_resume_latest_loads(tm
     assert "no such checkpoint" in capsys.readouterr().err
 
 
+def test_inspect_of_one_checkpoint_names_what_its_directory_resumes(tmp_path, capsys):
+    first = ck.save(tmp_path, make())
+    newest = ck.save(tmp_path, make())
+    assert ck.main(["inspect", str(first)]) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == (f"--resume latest --checkpoint-dir {tmp_path} would load: "
+                                                       f"{newest}")
+    flip_byte_in(newest / "server-0.h5")
+    assert ck.main(["inspect", "--json", str(newest)]) == 0
+    assert json.loads(capsys.readouterr().out)["resume_latest"] == str(first)
+
+
+def test_a_folder_that_is_not_a_checkpoint_is_called_that(tmp_path):
+    plain = tmp_path / "results"
+    plain.mkdir()
+    (plain / "notes.txt").write_text("x")
+    with pytest.raises(InputError, match="results: not a checkpoint \\(no manifest.json; a checkpoint is a "
+                                         "ckpt-NNNNNN directory"):
+        ck.load(plain)
+    interrupted = tmp_path / "elsewhere"
+    interrupted.mkdir()
+    (interrupted / "server-0.h5").write_bytes(b"x")       # parts without a manifest: an interrupted write
+    with pytest.raises(InputError, match="incomplete checkpoint"):
+        ck.load(interrupted)
+
+
 def test_reshape_folds_every_workers_unsent_work_and_samples_into_the_start():
     import numpy as np
 

@@ -56,6 +56,23 @@ def test_unknown_flag_value_prints_usage_once():
     assert proc.stderr.count("invalid choice") == 1
 
 
+def test_a_mistyped_flag_is_one_line_naming_the_nearest_flag():
+    proc, _ = run_train(3, "--epcohs", "2", timeout=60)
+    assert proc.returncode == 2
+    assert proc.stderr.strip() == "python -m mpikanel.train: error: unknown flag --epcohs; did you mean --epochs?"
+
+
+@pytest.mark.parametrize("classes", [1, 2])
+def test_a_model_too_large_for_memory_names_its_size_and_cause(classes, tmp_path):
+    # a feature index of 10^11 makes a 10^11-parameter model: refused before anything is allocated,
+    # also when the data has one class (which would otherwise be the error shown)
+    huge = tmp_path / "huge.svm"
+    huge.write_text(f"1 100000000000:1 3:1\n{classes - 1} 2:1\n")
+    proc, _ = run_train(3, "--data", str(huge), "--test-fraction", "0", timeout=60)
+    assert_clean_error(proc, "does not fit in memory", "200,000,000,002 parameters",
+                       f"feature index 100000000000 in {huge} line 1")
+
+
 def test_one_rank_is_refused():
     proc = subprocess.run([sys.executable, "-m", "mpikanel.train", "--quiet"], capture_output=True,
                           text=True, timeout=120, env=clean_env())
@@ -66,6 +83,8 @@ def test_help():
     proc = subprocess.run([sys.executable, "-m", "mpikanel.train", "--help"], capture_output=True,
                           text=True, timeout=60, env=clean_env())
     assert proc.returncode == 0
+    for group in ("data:", "model:", "sync:", "budget:", "heterogeneity:", "checkpoints:", "output"):
+        assert f"\n{group}" in proc.stdout
     for flag in ("--sync", "--staleness", "--model", "--data", "--epochs", "--lr", "--batch-size",
                  "--l2", "--seed", "--summary-json", "--quiet", "--config"):
         assert flag in proc.stdout

@@ -3,7 +3,8 @@ import math
 
 import pytest
 
-from mpikanel.config import TrainConfig, config_from_args, load_toml, make_config
+from mpikanel.config import (GROUPS, TrainConfig, build_parser, config_from_args, load_toml, make_config,
+                             resumed_config, setting_fields)
 from mpikanel.errors import InputError
 
 
@@ -51,3 +52,42 @@ def test_unknown_flag_value_exits_2(capsys):
     with pytest.raises(SystemExit) as exc:
         config_from_args(["--sync", "nope"])
     assert exc.value.code == 2
+
+
+def test_given_settings_are_tracked(tmp_path):
+    p = tmp_path / "run.toml"
+    p.write_text('sync = "ssp"\n')
+    assert config_from_args(["--config", str(p), "--lr", "0.2"]).given == {"sync", "lr"}
+    assert make_config({"epochs": 2}, seed=3).given == {"epochs", "seed"}
+    assert make_config().replace(l2=0.0).given == {"l2"}
+    assert "given" not in make_config().to_dict()
+
+
+def test_a_resume_takes_every_setting_not_given_from_its_checkpoint():
+    checkpointed = make_config(sync="esp", epochs=6, lr=0.05, staleness=float("inf"), summary_json="old.json",
+                               threads=2).to_dict()
+    now = resumed_config(make_config(lr=0.01, resume="latest", checkpoint_dir="ck"), checkpointed)
+    assert (now.sync, now.epochs, now.lr, math.isinf(now.staleness)) == ("esp", 6, 0.01, True)
+    # where this invocation writes and how it runs are its own
+    assert (now.summary_json, now.threads, now.resume, now.checkpoint_dir) == (None, 1, "latest", "ck")
+    assert now.given == {"lr", "resume", "checkpoint_dir"}
+
+
+def test_every_setting_is_in_one_help_group():
+    grouped = [name for names in GROUPS.values() for name in names]
+    assert sorted(grouped) == sorted(f.name for f in setting_fields())
+    help_text = build_parser().format_help()
+    assert all(title.split(":")[0] + ":" in help_text for title in GROUPS)
+
+
+@pytest.mark.parametrize("argv,expected", [
+    (["--epcohs", "3"], "unknown flag --epcohs; did you mean --epochs?"),
+    (["--stalness=2"], "unknown flag --stalness; did you mean --staleness?"),
+    (["--zzzz"], "unknown flag --zzzz (--help lists the flags)"),
+])
+def test_a_mistyped_flag_is_one_line_with_the_nearest(argv, expected, capsys):
+    with pytest.raises(SystemExit) as exc:
+        config_from_args(argv)
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert err.splitlines() == [f"python -m mpikanel.train: error: {expected}"]

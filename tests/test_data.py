@@ -28,7 +28,7 @@ def _write(path, text: str) -> str:
 def test_synthetic_describe_and_types():
     spec = _small_synth()
     info = describe(spec)
-    assert info == DataInfo(9000, 12, 4, "synthetic 10000x12, 4 classes", (0, 1, 2, 3))
+    assert info == DataInfo(9000, 12, 4, "synthetic 10000x12, 4 classes", (0, 1, 2, 3), "--synthetic-features 12", 48)
     shard = load_rows(spec, info, 0, 100)
     assert isinstance(shard, Shard)
     assert shard.X.dtype == np.float32 and shard.X.flags.c_contiguous

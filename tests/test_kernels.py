@@ -3,6 +3,8 @@ losses, predictions, stability, initialisation, registry and user-defined models
 
 from __future__ import annotations
 
+import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -486,3 +488,15 @@ def test_set_threads():
                 set_threads(bad)
     finally:
         set_threads(1)
+
+
+def test_a_cold_kernel_cache_is_seen_before_anything_compiles(tmp_path):
+    # the CLI says "compiling kernels, once" when this is true, before numba's ~20 s of compiling
+    code = "from mpikanel.kernels import cache_is_cold; print(cache_is_cold())"
+    env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path)}
+    cold = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert cold.stdout.strip() == "True", cold.stderr
+    warm_code = "from mpikanel.kernels import cache_is_cold, get_model, warmup; warmup(get_model('logistic'), " \
+                "sparse=False); print(cache_is_cold())"
+    warm = subprocess.run([sys.executable, "-c", warm_code], env=env, capture_output=True, text=True, timeout=300)
+    assert warm.stdout.strip() == "False", warm.stderr

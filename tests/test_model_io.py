@@ -2,6 +2,7 @@
 import subprocess
 import sys
 
+import h5py
 import numpy as np
 import pytest
 
@@ -92,6 +93,27 @@ def test_predict_cli_writes_labels_and_refuses_bad_input(tmp_path, capsys):
     save_model(tmp_path / "s.h5", w, {"model": "svm"}, D, (3, 5, 7, 9))
     assert predict_main(["--model", str(tmp_path / "s.h5"), "--data", str(tmp_path / "d.npz"), "--proba"]) == 2
     assert "no probabilities" in capsys.readouterr().err
+
+
+def test_predict_cli_predicts_rows_without_labels(tmp_path, capsys):
+    _, w = random_model("softmax")
+    save_model(tmp_path / "m.h5", w, {"model": "softmax"}, D, (3, 5, 7, 9))
+    tm = load_model(tmp_path / "m.h5")
+    X = np.random.default_rng(7).normal(size=(6, D)).astype(np.float32)
+    np.savez(tmp_path / "x.npz", X=X)                                   # no y at all
+    with h5py.File(tmp_path / "x.h5", "w") as f:
+        f["X"] = X
+    rows = [" ".join(f"{j + 1}:{v:.9g}" for j, v in enumerate(x)) for x in X]
+    (tmp_path / "x.svm").write_text("".join(f"? {r}\n" for r in rows))  # placeholder labels
+    (tmp_path / "half.svm").write_text(f"3 {rows[0]}\n? {rows[1]}\n")
+    for name in ("x.npz", "x.h5", "x.svm"):
+        out = tmp_path / f"{name}.npy"
+        assert predict_main(["--model", str(tmp_path / "m.h5"), "--data", str(tmp_path / name), "--out", str(out)]) == 0
+        assert (np.load(out) == tm.predict(X)).all()
+        assert "6 rows, no labels (predictions only)" in capsys.readouterr().err
+    assert predict_main(["--model", str(tmp_path / "m.h5"), "--data", str(tmp_path / "half.svm"),
+                         "--out", str(tmp_path / "half.npy")]) == 0
+    assert "1 rows without a label: no accuracy" in capsys.readouterr().err
 
 
 def test_import_mpikanel_load_model_loads_neither_mpi_nor_numba():

@@ -178,8 +178,8 @@ def test_permuted_features_need_a_linear_model():
     from mpikanel.train import _describe_checked
 
     cfg = {"data": "synthetic-sparse", "synthetic_rows": 200, "synthetic_features": 50, "permute_features": "on"}
-    _describe_checked(make_config({**cfg, "model": "logistic"}), 2)
+    _describe_checked(make_config({**cfg, "model": "logistic"}), 2, 1)
     with pytest.raises(InputError, match="needs a linear model"):
-        _describe_checked(make_config({**cfg, "model": "mlp"}), 2)
+        _describe_checked(make_config({**cfg, "model": "mlp"}), 2, 1)
     with pytest.raises(InputError, match="on or off"):
         make_config({**cfg, "permute_features": "yes"})

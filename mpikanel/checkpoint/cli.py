@@ -26,6 +26,16 @@ def describe_checkpoint(path: Path) -> dict:
             "bytes": sum(int(e["bytes"]) for e in ckpt.parts), "files": ckpt.parts}
 
 
+def latest_valid(directory: Path, described: list[dict]) -> str | None:
+    """The checkpoint ``--resume latest --checkpoint-dir directory`` loads (rows already described are reused)."""
+    known = {r["path"]: r for r in described}
+    for path in checkpoint_paths(directory):
+        row = known.get(str(path)) or describe_checkpoint(path)
+        if row["valid"]:
+            return row["path"]
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
     """``inspect DIR``: each checkpoint's shape, progress, parts and validity; ``export CKPT OUT``: a model file."""
     import argparse
@@ -52,7 +62,8 @@ def main(argv: list[str] | None = None) -> int:
         one = target.is_file() or NAME_PATTERN.match(target.name) or (target / MANIFEST).exists()
         paths = [target] if one else checkpoint_paths(target)
         rows = [describe_checkpoint(q) for q in paths]
-        latest = next((r["path"] for r in rows if r["valid"]), None)
+        # what --resume latest --checkpoint-dir DIR loads: of one checkpoint, its directory's newest valid one
+        latest = latest_valid(target.parent if one else target, rows)
         if args.json:
             print(json.dumps({"checkpoints": rows, "resume_latest": latest}, indent=2))
         else:
@@ -67,7 +78,8 @@ def main(argv: list[str] | None = None) -> int:
                             print(f"  {e['file']}: {e['role']} {e['index']}, {e['bytes']} bytes, sha256 {e['sha256'][:16]}...")
                 else:
                     print(f"{r['path']}: INVALID: {r['error']}")
-            print(f"--resume latest would load: {latest or 'nothing (starts fresh)'}")
+            where = target.parent if one else target
+            print(f"--resume latest --checkpoint-dir {where} would load: {latest or 'nothing (starts fresh)'}")
         return 0 if rows else 1
     except InputError as exc:
         print(f"{p.prog}: error: {exc}", file=sys.stderr)

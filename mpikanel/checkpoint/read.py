@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import InputError
-from .layout import FORMAT, MANIFEST, SCHEMA, Checkpoint, checkpoint_paths, get_array, sha256_of
+from .layout import FORMAT, MANIFEST, NAME_PATTERN, SCHEMA, Checkpoint, checkpoint_paths, get_array, sha256_of
 
 
 def _verify(path: Path, entry: dict) -> None:
@@ -29,7 +29,10 @@ def _manifest(d: Path) -> dict:
         if inside:
             raise InputError(f"{d} holds checkpoints, it is not one: name one ({inside[0]}), or use "
                              f"--resume latest --checkpoint-dir {d}")
-        raise InputError(f"{d}: incomplete checkpoint (no {MANIFEST}: its write was interrupted)")
+        if NAME_PATTERN.match(d.name) or any(d.glob("*.h5")) or any(d.glob(".*.tmp-*")):
+            raise InputError(f"{d}: incomplete checkpoint (no {MANIFEST}: its write was interrupted)")
+        raise InputError(f"{d}: not a checkpoint (no {MANIFEST}; a checkpoint is a ckpt-NNNNNN directory that a "
+                         "run writes into its --checkpoint-dir)")
     try:
         man = json.loads(m.read_text())
     except (OSError, ValueError) as exc:

@@ -8,14 +8,15 @@ import traceback
 from typing import Callable
 
 from ..config import TrainConfig, config_from_args
-from ..errors import InputError, TrainingError
+from ..errors import InputError, NothingLeft, TrainingError
 from . import environment
 
 
 def run_cli(prog: str, body: Callable[[TrainConfig, object], int], argv: list[str] | None = None) -> int:
     """Parse flags, run body(config, COMM_WORLD) and map failures to exit codes.
 
-    2 for bad input (raised identically on every rank during set-up, printed once by rank 0);
+    2 for bad input (raised identically on every rank during set-up, printed once by rank 0); 0
+    with one line when a resumed checkpoint has nothing left to do;
     Ctrl-C (SIGINT) without checkpoints: one line from rank 0 and an abort with code 130 (ranks
     blocked in MPI would not see the signal); any other exception prints a message naming the
     rank (with a traceback unless it is an expected TrainingError) and aborts every rank, so a
@@ -58,6 +59,10 @@ def run_cli(prog: str, body: Callable[[TrainConfig, object], int], argv: list[st
         if world.Get_rank() == 0:
             print(f"{prog}: error: {exc}", file=sys.stderr, flush=True)
         return 2
+    except NothingLeft as exc:
+        if world.Get_rank() == 0:
+            print(f"{prog}: {exc}", flush=True)
+        return 0
     except KeyboardInterrupt:
         interrupted()
         return 130

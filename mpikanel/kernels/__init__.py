@@ -82,6 +82,18 @@ def warmup(model: Model, dense: bool = True, sparse: bool = True) -> None:
         bound.correct(w)
 
 
+def cache_is_cold() -> bool:
+    """Whether numba's cache holds no compiled kernel yet: the first run compiles them (~20 s)."""
+    from pathlib import Path
+
+    from ._linear import dense_loss
+    try:
+        where = Path(dense_loss._cache._cache_path)     # numba's cache directory of this package's kernels
+    except AttributeError:
+        return False
+    return not any(where.glob("*.nbc"))
+
+
 def set_threads(n: int) -> dict[str, object]:
     """Set this process's numba and BLAS thread counts to n (1 = single-threaded); returns what is in effect.
 

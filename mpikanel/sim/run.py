@@ -46,7 +46,7 @@ def simulate(config: TrainConfig, opts: SimOptions) -> dict:
         raise InputError(f"--workers must be >= 1, got {opts.workers}")
     n = opts.workers
     t_setup = time.perf_counter()
-    info, model = _describe_checked(config, n)
+    info, model = _describe_checked(config, n, ranks_here=n + 1)    # one process holds every worker's copies
     spec = data_spec(config)
     n_val = val_rows(config, info.n_rows)
     train_rows = info.n_rows - n_val
