@@ -12,10 +12,12 @@ from pathlib import Path
 from typing import Any
 
 from .errors import InputError
+from .lr_schedule import SCHEDULES as LR_SCHEDULES, check_schedule
 from .sparse import PUSH_MODES
 from .sync.esp import SCALES as ESP_SCALES
 from .sync.psp import AGGREGATES as PSP_AGGREGATES, ESTIMATORS as PSP_ESTIMATORS, OBJECTIVES as PSP_OBJECTIVES
 from .sync.psp import WAITS as PSP_WAITS
+from .sync.damping import DAMPINGS
 from .sync.registry import MODELS as SYNC_REGISTRY, SYNC_MODELS
 
 ON_OFF = ("on", "off")
@@ -30,6 +32,7 @@ class TrainConfig:
     push: str = "auto"
     permute_features: str = "off"
     staleness: float = 3.0
+    staleness_lr: str = "off"
     model: str = "softmax"
     hidden: int = 64
     activation: str = "relu"
@@ -50,6 +53,8 @@ class TrainConfig:
     time_budget: float | None = None
     max_steps: int | None = None
     lr: float = 0.1
+    lr_schedule: str = "constant"
+    warmup: float = 0.0
     batch_size: int = 64
     l2: float = 1e-4
     seed: int = 0
@@ -171,6 +176,9 @@ def _validate(c: TrainConfig) -> None:
                          f"{', '.join(PSP_OBJECTIVES)}, got '{c.psp_estimator}' and '{c.psp_objective}'")
     if c.psp_wait not in PSP_WAITS:
         raise InputError(f"--psp-wait must be one of {', '.join(PSP_WAITS)}, got '{c.psp_wait}'")
+    check_schedule(c.lr_schedule, c.warmup)
+    if c.staleness_lr not in DAMPINGS:
+        raise InputError(f"--staleness-lr must be one of {', '.join(DAMPINGS)}, got '{c.staleness_lr}'")
     if c.push not in PUSH_MODES:
         raise InputError(f"--push must be one of {', '.join(PUSH_MODES)}, got '{c.push}'")
     if c.servers < 1:
@@ -228,6 +236,9 @@ _HELP = {
                         "popular at low ids spread over the servers' key ranges (linear models; a saved "
                         "model is in the data's own feature order)",
     "staleness": "SSP staleness bound s (0 = BSP, inf = ASP)",
+    "staleness_lr": "damp a stale delta at the server, any sync model: off, inverse (1/(1+tau), tau = versions "
+                    "since its base) or gap (1/(1+G), G = how far the parameters moved since its base in typical "
+                    "updates); what is damped away is kept in the run's unapplied sum",
     "model": "model to train: logistic (binary), softmax, svm (one-vs-rest hinge), lsq (one-vs-rest "
              "ridge on one-hot targets), mlp (one hidden layer), or a name given to register_model",
     "hidden": "mlp: hidden units",
@@ -254,6 +265,9 @@ _HELP = {
                    "worker pushes its unsent work first)",
     "max_steps": "stop each worker after this many SGD steps",
     "lr": "SGD learning rate",
+    "lr_schedule": "the rate over the work budget, the same for every sync model: constant, linear (to 0 at the "
+                   "budget's end) or cosine (a half cosine to 0)",
+    "warmup": "ramp the rate up linearly from 0 over this fraction of the work budget first",
     "batch_size": "minibatch rows per SGD step",
     "l2": "L2 regularization strength",
     "seed": "seed for data order and synthetic data",
@@ -317,8 +331,8 @@ GROUPS: dict[str, tuple[str, ...]] = {
     "data": ("data", "data_dir", "test_data", "test_fraction", "val_fraction", "n_features", "synthetic_rows",
              "synthetic_features", "synthetic_classes", "sparse_nnz", "sparse_alpha", "sparse_values",
              "permute_features"),
-    "model": ("model", "hidden", "activation", "lr", "batch_size", "l2", "seed", "threads"),
-    "sync": ("sync", "servers", "push", "staleness", "esp_rho", "esp_max_skip", "esp_busy_max", "esp_scale",
+    "model": ("model", "hidden", "activation", "lr", "lr_schedule", "warmup", "batch_size", "l2", "seed", "threads"),
+    "sync": ("sync", "servers", "push", "staleness", "staleness_lr", "esp_rho", "esp_max_skip", "esp_busy_max", "esp_scale",
              "esp_probe", "esp_value", "esp_efficiency", "esp_value_low", "esp_value_high", "psp_k_max",
              "psp_aggregate", "psp_estimator", "psp_objective", "psp_wait"),
     "budget": ("epochs", "budget", "time_budget", "max_steps"),
@@ -379,7 +393,7 @@ def _choices() -> dict[str, tuple[str, ...]]:
             "psp_aggregate": PSP_AGGREGATES, "budget": BUDGETS, "psp_wait": PSP_WAITS,
             "psp_estimator": PSP_ESTIMATORS, "psp_objective": PSP_OBJECTIVES, "esp_probe": ON_OFF,
             "esp_value": ON_OFF, "esp_efficiency": ON_OFF, "permute_features": ON_OFF, "model": tuple(KERNELS),
-            "activation": ("relu", "tanh")}
+            "activation": ("relu", "tanh"), "lr_schedule": LR_SCHEDULES, "staleness_lr": DAMPINGS}
 
 
 def build_parser(prog: str = "python -m mpikanel.train", print_errors: bool = True) -> argparse.ArgumentParser:

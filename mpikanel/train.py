@@ -149,6 +149,15 @@ def budget_for(config: TrainConfig, n_workers: int, train_rows: int) -> Budget:
     return Budget(n_workers, total, config.batch_size, config.time_budget)
 
 
+def step_plan(config: TrainConfig, n_classes: int, n_workers: int, train_rows: int) -> StepPlan:
+    """Each worker's SGD plan: hyper-parameters, rate schedule, and its first lease of a shared budget."""
+    shared = config.budget == "shared"
+    lease = budget_for(config, n_workers, train_rows).initial_lease() if shared else None
+    return StepPlan(config.epochs, config.batch_size, config.lr, config.l2, n_classes, config.max_steps,
+                    lease=lease, schedule=config.lr_schedule, warmup=config.warmup,
+                    budget_samples=total_samples(config.epochs, train_rows) if shared else None)
+
+
 def warm_ranks(comm, model: Model, sparse: bool | None = None, quiet: bool = True) -> None:
     """Compile the model's kernels into the numba cache on rank 0 first; the others then load them.
     `sparse` (the data's kind, the same on every rank) loads only the CSR or only the dense kernels:
@@ -196,9 +205,7 @@ def setup(config: TrainConfig, comm) -> Setup:
     shard, test, val = agree(comm, load)
     sparse = comm.bcast(isinstance(test.X, CSR) if rank == 0 else None, root=0)
     warm_ranks(comm, model, sparse=sparse, quiet=config.quiet)
-    lease = budget_for(config, n_workers, train_rows).initial_lease() if config.budget == "shared" else None
-    plan = StepPlan(config.epochs, config.batch_size, config.lr, config.l2, info.n_classes, config.max_steps,
-                    lease=lease)
+    plan = step_plan(config, info.n_classes, n_workers, train_rows)
     bound = [None if d is None else bind(model, d.X, d.y, info.n_classes) for d in (shard, test, val)]
     n_params = model.n_params(info.n_features, info.n_classes)
     return Setup(config, info, model, n_params, plan, *bound, train_rows=train_rows,
@@ -404,7 +411,8 @@ def _serve(comm, s: Setup, params: np.ndarray, initial: np.ndarray, ckpt, stop: 
     budget = budget_for(config, n_workers, s.train_rows)
     service = ServerDelay(config.server_delay, config.seed) if config.server_delay else None
     with _progress(total, config) as on_progress:
-        core = ServerCore(params, policy, n_workers, budget, recorder, control, on_progress, s.push_mode)
+        core = ServerCore(params, policy, n_workers, budget, recorder, control, on_progress, s.push_mode,
+                          damping=config.staleness_lr)
         if ckpt is not None:
             core.restore(ckpt.server, ckpt.server_arrays)
             if not ckpt.server.get("reshaped"):

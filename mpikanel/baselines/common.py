@@ -95,10 +95,11 @@ def setup(config: TrainConfig, comm: Any) -> Setup:
 
 
 def injected_step(shard: BoundModel, local: np.ndarray, idx: np.ndarray, plan: StepPlan, scratch: Any,
-                  injector: Injector) -> tuple[float, float]:
-    """One SGD step, then the injected slowdown on its CPU time (like worker_loop); (wall s, injected s)."""
+                  injector: Injector, progress: float = 0.0) -> tuple[float, float]:
+    """One SGD step at `progress` through the budget (the rate schedule's), then the injected slowdown on
+    its CPU time (like worker_loop); (wall s, injected s)."""
     t0, c0 = time.perf_counter(), time.thread_time()
-    shard.step(local, idx, plan.rate_for(idx.size), plan.l2, scratch)
+    shard.step(local, idx, plan.rate_for(idx.size, progress), plan.l2, scratch)
     compute = time.perf_counter() - t0
     slow = injector.compute_delay(time.thread_time() - c0)
     sleep_for(slow)
@@ -115,7 +116,8 @@ def train_allreduce(config: TrainConfig, comm: Any, kind: str, every: int, scale
 
     size, rank = comm.Get_size(), comm.Get_rank()
     s = setup(config, comm)
-    plan = StepPlan(config.epochs, config.batch_size, config.lr, config.l2, s.n_classes, None)
+    plan = StepPlan(config.epochs, config.batch_size, config.lr, config.l2, s.n_classes, None,
+                    schedule=config.lr_schedule, warmup=config.warmup)
     n_steps = comm.allreduce(budget_steps(config, s.n_train, size, s.shard.rows), op=MPI.MAX)
     n_params = s.shard.model.n_params(s.shard.X.shape[1], s.n_classes)
     # the same start as mpikanel.train (zeros, or e.g. the MLP's seeded random weights)
@@ -137,7 +139,7 @@ def train_allreduce(config: TrainConfig, comm: Any, kind: str, every: int, scale
         recorder.maybe_snapshot(0.0, params, 0)
     for step in range(1, n_steps + 1):
         idx = cursor.next()
-        compute, slow = injected_step(s.shard, local, idx, plan, scratch, injector)
+        compute, slow = injected_step(s.shard, local, idx, plan, scratch, injector, (step - 0.5) / n_steps)
         stats["steps"] += 1
         stats["samples"] += len(idx)
         stats["compute_s"] += compute

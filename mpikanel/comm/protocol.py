@@ -51,6 +51,7 @@ class H(IntEnum):
     LEASE = 7      # reply: samples the worker may process beyond the push this reply answers
     NNZ = 8        # push, reply with the SPARSE flag: keys in the payload (mpikanel.sparse layout)
     SEQ = 9        # reply with CHECKPOINT: the number of the checkpoint to write this worker's part into
+    COUNTED = 10   # reply: samples the server has counted against the budget (a rate schedule's progress)
 
 
 class M(IntEnum):

@@ -422,7 +422,7 @@ class ParameterServer:
         out = self._traffic.header(a.w)
         h = out.header
         h[H.CLOCK], h[H.VERSION], h[H.PLAN], h[H.BUSY] = a.clock, a.version, a.plan, a.busy
-        h[H.LEASE], h[H.FLAGS], h[H.SEQ] = a.lease, a.flags, a.seq
+        h[H.LEASE], h[H.FLAGS], h[H.SEQ], h[H.COUNTED] = a.lease, a.flags, a.seq, a.counted
         out.meta[M.HELD_S] = a.held_s
         out.meta[M.UPDATE_NORM] = a.update_norm
         self._traffic.reply(a.w, a.version, self.core.params[self.core.keys], a.keys)

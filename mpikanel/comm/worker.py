@@ -393,7 +393,7 @@ class WorkerClient:
                      landed_ago_s=time.perf_counter() - landed, update_norm=float(meta[M.UPDATE_NORM]),
                      lease=int(h[H.LEASE]), finish=self.inp.has(Flag.FINISH), last=self._last,
                      checkpoint=int(h[H.SEQ]) if self.inp.has(Flag.CHECKPOINT) else 0, stop=self.inp.has(Flag.STOP),
-                     critical=self.inp.has(Flag.CRITICAL), keys=keys, nbytes=nbytes)
+                     critical=self.inp.has(Flag.CRITICAL), keys=keys, nbytes=nbytes, counted=int(h[H.COUNTED]))
 
     # --- probes ---------------------------------------------------------------------------------
 

@@ -17,6 +17,7 @@ from ..comm.protocol import Flag, Op, scale_bits
 from ..metrics import SnapshotRecorder
 from ..sparse import ReplyKeys
 from ..sync import Book, SyncPolicy
+from ..sync.damping import StalenessDamping
 
 
 @dataclass
@@ -50,6 +51,7 @@ class Answer:
     update_norm: float = 0.0
     keys: np.ndarray | None = None   # a sparse reply: the keys of the range changed since the worker's last
     seq: int = 0                     # with CHECKPOINT: the checkpoint the worker's part belongs to
+    counted: int = 0                 # samples counted against the budget so far (a schedule's progress)
 
 
 @dataclass
@@ -119,8 +121,10 @@ class ServerCore:
     def __init__(self, params: np.ndarray, policy: SyncPolicy, n_workers: int,
                  budget: Budget | None = None, recorder: SnapshotRecorder | None = None,
                  checkpoints: Any = None, on_progress: Callable[[ServerStats], None] | None = None,
-                 push_mode: str = "dense") -> None:
+                 push_mode: str = "dense", damping: str = "off") -> None:
         self.params = params
+        self.damping = StalenessDamping(damping)    # --staleness-lr: the rate of a stale delta
+        self._released_at = 0                       # the version a release (BSP, PSP) started applying at
         self.push_mode = push_mode                 # mpikanel.sparse: replies carry changed keys unless dense
         self.replies: ReplyKeys | None = None      # (set at start) what each reply carries
         self.keys = slice(None)                    # the range this server applies to (lead)
@@ -206,7 +210,9 @@ class ServerCore:
         st = self.stats
         st.staleness_sum[w] += tau
         st.staleness_max[w] = max(st.staleness_max[w], tau)
-        scale = self.policy.delta_scale(self.book, w)
+        # deltas released together are one synchronous update: damping measures staleness from the release
+        now = self.book.version if self.policy.apply_on_arrival else self._released_at
+        scale = self.policy.delta_scale(self.book, w) * self.damping.scale(now, int(self.book.base_version[w]))
         if scale != 1.0:
             if st.unapplied is None:
                 st.unapplied = np.zeros_like(self.params)
@@ -227,8 +233,10 @@ class ServerCore:
         self.book.version += 1
         if self.replies is not None:
             self.replies.applied(self.book.version, keys)
+        norm = float(np.linalg.norm(delta))
+        self.damping.observe(self.book.version, norm)
         # per local step, as the ESP value rule reads it (a delta of k steps carries k steps' worth)
-        per_step = float(np.linalg.norm(delta)) / max(1, int(self.book.steps[w]))
+        per_step = norm / max(1, int(self.book.steps[w]))
         self.update_norm = _ewma(self.update_norm, per_step, st.deltas_applied)
 
     def observe_service(self, seconds: float, nbytes: int, now: float) -> None:
@@ -282,6 +290,7 @@ class ServerCore:
         if not released:
             return []
         if not self.policy.apply_on_arrival:
+            self._released_at = book.version
             for w in released:          # rank order: bitwise reproducible sums
                 self._apply(w)
         # congestion, not policy: the other pushes the server handled with yours (a push the sync
@@ -325,7 +334,8 @@ class ServerCore:
         self.stats.held_s[w] += held
         seq = self.checkpoints.seq if flags & Flag.CHECKPOINT else 0
         return Answer(w, int(book.clock[w]), book.version, self.policy.plan(book, w), busy, lease, flags, held,
-                      self.update_norm, self.replies.reply(w, book.version) if self.replies else None, seq)
+                      self.update_norm, self.replies.reply(w, book.version) if self.replies else None, seq,
+                      self.budget.counted)
 
     def keeps_serving(self, w: int) -> bool:
         """Whether the transport should listen for worker w's next push after answering it."""

@@ -30,6 +30,7 @@ from ..comm.protocol import PAYLOAD_OFFSET
 from ..errors import TrainingError
 from ..hetero import Injector
 from ..kernels import BoundModel
+from ..lr_schedule import scheduled_rate
 from ..sync.schedule import Action, Schedule, WorkerState
 from .key_tracker import KeyTracker
 
@@ -70,6 +71,7 @@ class Reply:
     critical: bool = False    # PSP: this worker's next push closes the round: push on plan and block
     keys: np.ndarray | None = None  # a sparse reply: the keys params holds (the rest did not change)
     nbytes: int = 0           # bytes received
+    counted: int = 0          # samples the server had counted against the budget when it answered
 
 
 @dataclass
@@ -186,13 +188,23 @@ class StepPlan:
     n_classes: int
     max_steps: int | None = None
     lease: int | None = None
+    schedule: str = "constant"          # mpikanel.lr_schedule over the work budget
+    warmup: float = 0.0
+    budget_samples: int | None = None   # the shared budget's samples (progress of a scheduled rate)
 
-    def rate_for(self, rows: int) -> float:
-        """The learning rate of a step on `rows` rows: a partial minibatch (an epoch's or the
-        budget's last rows) moves the model in proportion to its rows. The kernels average the
-        gradient over the rows given, so a 3-row remainder at the full rate would be a full-size
-        step on a 3-sample estimate (it showed as a jump in the loss at the end of every run)."""
-        return self.lr * min(1.0, rows / self.batch_size) if self.batch_size > 0 else self.lr
+    def rate_for(self, rows: int, progress: float = 0.0) -> float:
+        """The learning rate of a step on `rows` rows at `progress` through the budget (the
+        schedule's rate): a partial minibatch (an epoch's or the budget's last rows) moves the
+        model in proportion to its rows. The kernels average the gradient over the rows given, so a
+        3-row remainder at the full rate would be a full-size step on a 3-sample estimate (it
+        showed as a jump in the loss at the end of every run)."""
+        lr = self.lr if self.constant else scheduled_rate(self.lr, self.schedule, self.warmup, progress)
+        return lr * min(1.0, rows / self.batch_size) if self.batch_size > 0 else lr
+
+    @property
+    def constant(self) -> bool:
+        """Whether every step runs at the base rate (no schedule, no warm-up)."""
+        return self.schedule == "constant" and self.warmup == 0.0
 
     def steps_per_epoch(self, rows: int) -> int:
         """Minibatches in one pass over `rows` rows."""
@@ -260,6 +272,8 @@ class _Worker:
         self.stopped = False          # the server asked this worker to stop (checkpoint + exit)
         self.finished = False         # the server said the work budget is spent
         self.allowance = UNLIMITED    # samples it may still process before the server renews its lease
+        self.counted = 0              # the budget's samples the server had counted at the last reply
+        self.in_flight = 0            # samples of the push that reply has not answered yet
         self.cursor: BatchCursor | None = None
         # with a KeyTracker, pushes read only the keys steps changed; at_send then equals local
         # wherever no step changed a key since the last push (push and merge keep it so)
@@ -310,6 +324,7 @@ class _Worker:
                           base_version=self.base_version, rtt_s=st.rtt_ewma or 0.0,
                           delay_s=self.injector.link_delay(nbytes), samples=st.unsent_samples,
                           background=background)
+        self.in_flight = st.unsent_samples
         st.unsent_steps, st.unsent_compute_s, st.unsent_samples = 0, 0.0, 0
         st.pending, st.steps_while_pending, st.skips = True, 0, 0
 
@@ -324,7 +339,7 @@ class _Worker:
         return {"state": {"rank": self.rank, "finished": finished, "cursor": self.cursor.state(),
                           "schedule": st, "base_version": self.base_version, "stats": stats,
                           "injector_step": self.injector.step, "allowance": self.allowance,
-                          "budget_finished": self.finished},
+                          "budget_finished": self.finished, "counted": self.counted},
                 "unsent": self.local - self.base, "produced": self.stats.produced, "order": self.cursor.order}
 
     def restore(self, saved: dict) -> None:
@@ -336,6 +351,7 @@ class _Worker:
         self.step = self.cursor.step
         self.injector.step = int(state["injector_step"])
         self.allowance = int(state.get("allowance", UNLIMITED))
+        self.counted = int(state.get("counted", 0))
         self.finished = bool(state.get("budget_finished", False))
         for key, value in state["schedule"].items():
             setattr(self.st, key, value)
@@ -367,6 +383,7 @@ class _Worker:
         st.busy, st.plan, st.critical = reply.busy, max(1, reply.plan), reply.critical
         # the lease counts from the push this reply answers: steps taken since then use it up
         self.allowance = reply.lease - st.unsent_samples
+        self.counted, self.in_flight = reply.counted, 0
         self.finished = self.finished or reply.finish
         # the exchange's cost: its round trip minus the time the policy held it (held pushes do
         # not block a non-blocking worker; a slow link or a congested server does count)
@@ -391,6 +408,14 @@ class _Worker:
         if reply.checkpoint:
             self.client.send_state(self.capture(finished=reply.last), reply.checkpoint)
         self.stopped = reply.stop
+
+    def progress(self, plan: StepPlan, rows: int) -> float:
+        """How far through the work budget a step of `rows` rows is, at its middle: the server's count
+        at the last reply plus what this worker did since (shared budget), or its own steps."""
+        if plan.budget_samples:
+            return (self.counted + self.in_flight + self.st.unsent_samples + 0.5 * rows) / plan.budget_samples
+        total = self.cursor.total if self.cursor is not None else None
+        return (self.cursor.step - 0.5) / total if total else 0.0
 
     def wait(self) -> Generator[Effect, Any, None]:
         """Block until the pending exchange completes, then merge."""
@@ -526,7 +551,8 @@ def _step(w: _Worker, data: BoundModel, plan: StepPlan, idx: np.ndarray,
     """One SGD step on rows `idx`; the driver says how long it took and what was injected."""
     w.step = w.cursor.step
     t0, c0 = time.perf_counter(), time.thread_time()
-    data.step(w.local, idx, plan.rate_for(idx.size), plan.l2, scratch)
+    rate = plan.rate_for(idx.size) if plan.constant else plan.rate_for(idx.size, w.progress(plan, idx.size))
+    data.step(w.local, idx, rate, plan.l2, scratch)
     if w.tracker is not None:
         w.tracker.add_rows(idx)
     compute, slow = yield Compute(time.perf_counter() - t0, time.thread_time() - c0, int(idx.size))

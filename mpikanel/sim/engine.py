@@ -134,7 +134,7 @@ class SimClient:
                      update_norm=a.update_norm,
                      lease=a.lease, finish=bool(a.flags & Flag.FINISH), last=self._last,
                      checkpoint=0, stop=False, critical=bool(a.flags & Flag.CRITICAL),
-                     keys=a.keys, nbytes=nbytes)
+                     keys=a.keys, nbytes=nbytes, counted=a.counted)
 
 
 class Simulator:

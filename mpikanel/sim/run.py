@@ -22,7 +22,7 @@ from ..hetero import Injector, ServerDelay
 from ..kernels import bind, get_model, set_threads, warmup
 from ..metrics import SnapshotRecorder
 from ..train import (Setup, _describe_checked, budget_for, data_spec, hetero_spec, policy_for, publish,
-                     schedule_for, val_rows)
+                     schedule_for, step_plan, val_rows)
 from .engine import SimClient, Simulator
 from .models import NetworkModel, ServerModel, measure_step_s, step_times_from_metrics
 
@@ -56,8 +56,7 @@ def simulate(config: TrainConfig, opts: SimOptions) -> dict:
     val = bind(model, *_xy(load_rows(spec, info, train_rows, info.n_rows)), info.n_classes) if n_val else None
     shards = _shards(spec, info, train_rows, n, model)
     budget = budget_for(config, n, train_rows)
-    plan = StepPlan(config.epochs, config.batch_size, config.lr, config.l2, info.n_classes, config.max_steps,
-                    lease=budget.initial_lease() if config.budget == "shared" else None)
+    plan = step_plan(config, info.n_classes, n, train_rows)
     n_params = model.n_params(info.n_features, info.n_classes)
     push_mode = effective_mode(config.push, shards[0].sparse)
     s = Setup(config, info, model, n_params, plan, None, test, val, train_rows=train_rows,
@@ -69,7 +68,7 @@ def simulate(config: TrainConfig, opts: SimOptions) -> dict:
 
     recorder = SnapshotRecorder(config.snapshot_interval)
     policy = policy_for(config, n)
-    core = ServerCore(params, policy, n, budget, recorder, push_mode=push_mode)
+    core = ServerCore(params, policy, n, budget, recorder, push_mode=push_mode, damping=config.staleness_lr)
     injected = hetero_spec(config)
     if opts.replay:     # replayed step times already hold the slowdown and pauses the real run saw
         injected = dataclasses.replace(injected, slowdown=None, pause_prob=0.0, pause_s=0.0)

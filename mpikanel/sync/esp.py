@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from ..errors import InputError
 from ..hetero import uniform_draw
 from .book import Book
+from .damping import inverse_scale
 from .schedule import Action, Schedule, WorkerState
 from .ssp import SSP
 
@@ -34,7 +35,7 @@ class ESP(SSP):
     def delta_scale(self, book: Book, w: int) -> float:
         if self.scale == "none":
             return 1.0
-        return 1.0 / (1.0 + max(0, book.version - int(book.base_version[w])))
+        return inverse_scale(book.version - int(book.base_version[w]))
 
     def describe(self) -> str:
         return "ESP" + super().describe()[3:]
