@@ -60,12 +60,10 @@ class TrainConfig:
     seed: int = 0
     esp_rho: float = 1.0
     esp_max_skip: int = 8
-    esp_busy_max: int | None = None
     esp_scale: str = "none"
     esp_probe: str = "on"
     esp_value: str = "on"
     esp_efficiency: str = "on"
-    esp_value_low: float = 0.25
     esp_value_high: float = 4.0
     psp_k_max: int = 8
     psp_aggregate: str = "sum"
@@ -168,9 +166,8 @@ def _validate(c: TrainConfig) -> None:
     for name in ("esp_probe", "esp_value", "esp_efficiency", "permute_features"):
         if getattr(c, name) not in ON_OFF:
             raise InputError(f"{_flag(name)} must be on or off, got '{getattr(c, name)}'")
-    if not 0 <= c.esp_value_low <= c.esp_value_high:
-        raise InputError(f"need 0 <= --esp-value-low <= --esp-value-high, got {c.esp_value_low} and "
-                         f"{c.esp_value_high}")
+    if not c.esp_value_high > 0:
+        raise InputError(f"--esp-value-high must be > 0, got {c.esp_value_high}")
     if c.psp_estimator not in PSP_ESTIMATORS or c.psp_objective not in PSP_OBJECTIVES:
         raise InputError(f"--psp-estimator must be one of {', '.join(PSP_ESTIMATORS)} and --psp-objective one of "
                          f"{', '.join(PSP_OBJECTIVES)}, got '{c.psp_estimator}' and '{c.psp_objective}'")
@@ -191,8 +188,8 @@ def _validate(c: TrainConfig) -> None:
         raise InputError(f"--lr must be finite, got {c.lr}")
     if not c.esp_rho > 0:
         raise InputError(f"--esp-rho must be > 0, got {c.esp_rho}")
-    if c.esp_max_skip < 0 or (c.esp_busy_max is not None and c.esp_busy_max < 0):
-        raise InputError("--esp-max-skip and --esp-busy-max must be >= 0")
+    if c.esp_max_skip < 0:
+        raise InputError(f"--esp-max-skip must be >= 0, got {c.esp_max_skip}")
     if c.esp_scale not in ESP_SCALES:
         raise InputError(f"--esp-scale must be one of {', '.join(ESP_SCALES)}, got '{c.esp_scale}'")
     if c.keep_checkpoints < 1:
@@ -271,10 +268,10 @@ _HELP = {
     "batch_size": "minibatch rows per SGD step",
     "l2": "L2 regularization strength",
     "seed": "seed for data order and synthetic data",
-    "esp_rho": "ESP: communicate when the measured exchange time <= RHO x the compute it carries",
+    "esp_rho": "ESP: push when the training a push carries (its typical steps' worth x seconds per step) >= "
+               "RHO x the seconds it takes from the cluster (the server's queue x its time per push + its own "
+               "service and payload time)",
     "esp_max_skip": "ESP: at most this many consecutive skipped exchanges, then a blocking sync",
-    "esp_busy_max": "ESP: skip while the server reports more queued pushes than this "
-                    "(default: half the workers, at least 2)",
     "esp_scale": "ESP: scale a stale delta on the server: none, or inverse = 1/(1+staleness)",
     "esp_probe": "ESP: judge a push's cost by a header-only probe the server answers at once (on), or "
                  "by past push round trips and the last reply's queue (off: an ablation)",
@@ -282,7 +279,6 @@ _HELP = {
                  "norms (on), or not (off: an ablation)",
     "esp_efficiency": "ESP: skip pushes that are not worth it now (on), or push whenever nothing is in "
                       "flight (off: the ablation without the efficiency test; the max-skip bound stays)",
-    "esp_value_low": "ESP: skip when the unsent delta is below this many typical steps' worth",
     "esp_value_high": "ESP: push even when dear once the unsent delta reaches this many typical steps' worth",
     "psp_k_max": "PSP: most local steps a worker is planned per round, and most it trains while waiting",
     "psp_aggregate": "PSP: add the round's deltas as they are (sum) or each divided by its steps (normalized)",
@@ -332,8 +328,8 @@ GROUPS: dict[str, tuple[str, ...]] = {
              "synthetic_features", "synthetic_classes", "sparse_nnz", "sparse_alpha", "sparse_values",
              "permute_features"),
     "model": ("model", "hidden", "activation", "lr", "lr_schedule", "warmup", "batch_size", "l2", "seed", "threads"),
-    "sync": ("sync", "servers", "push", "staleness", "staleness_lr", "esp_rho", "esp_max_skip", "esp_busy_max", "esp_scale",
-             "esp_probe", "esp_value", "esp_efficiency", "esp_value_low", "esp_value_high", "psp_k_max",
+    "sync": ("sync", "servers", "push", "staleness", "staleness_lr", "esp_rho", "esp_max_skip", "esp_scale",
+             "esp_probe", "esp_value", "esp_efficiency", "esp_value_high", "psp_k_max",
              "psp_aggregate", "psp_estimator", "psp_objective", "psp_wait"),
     "budget": ("epochs", "budget", "time_budget", "max_steps"),
     "heterogeneity": ("slowdown", "pause_prob", "pause_s", "link_delay", "link_bandwidth", "server_delay"),

@@ -61,9 +61,16 @@ def test_esp_slow_server_skips_up_to_the_bound(max_skip):
     assert Action.PUSH_AND_WAIT in decisions or max_skip == 0
 
 
-def test_esp_skips_when_server_busy():
-    _, longest = drive(EspSchedule(rho=1.0, max_skip=5, busy_max=2), step_s=0.010, rtt_s=0.001, busy=9)
-    assert longest == 5
+def test_esp_skips_while_the_servers_queue_is_long_and_pushes_once_it_is_short():
+    sch = EspSchedule(rho=1.0, max_skip=8)
+    # 2 steps of 5 ms carry 10 ms of training; the server takes 2 ms a push
+    long_queue = _esp_state(probe_rtt_s=0.001, probe_queued=9, probe_service_s=0.002)
+    assert sch.decide(long_queue) == Action.CONTINUE and long_queue.skip_reason == "busy"
+    short_queue = _esp_state(probe_rtt_s=0.001, probe_queued=3, probe_service_s=0.002)
+    assert sch.decide(short_queue) == Action.PUSH
+    # the queue grows what a push must carry: more unsent work pays for the same queue
+    long_queue.unsent_steps, long_queue.unsent_compute_s = 5, 0.025
+    assert sch.decide(long_queue) == Action.PUSH
 
 
 def test_esp_waits_for_an_exchange_stuck_in_flight():
@@ -96,36 +103,40 @@ def _esp_state(**kw) -> WorkerState:
     return st
 
 
-def test_esp_probe_cost_counts_the_queue_the_service_time_and_the_payload():
-    sch = EspSchedule(rho=1.0, max_skip=8, busy_max=4)
-    # probe 1 ms + 3 queued x 2 ms + payload 2 ms = 9 ms <= 10 ms of compute: push
-    st = _esp_state(probe_rtt_s=0.001, probe_queued=3, probe_service_s=0.002, payload_s=0.002)
+def test_esp_cost_counts_the_queue_the_service_time_and_the_payload():
+    sch = EspSchedule(rho=1.0, max_skip=8)
+    # 3 queued x 2 ms + this push's own 3 ms (payload beyond a probe) = 9 ms <= 10 ms carried: push
+    st = _esp_state(probe_rtt_s=0.001, probe_queued=3, probe_service_s=0.002, payload_s=0.003)
     assert sch.cost(st) == pytest.approx(0.009)
     assert sch.decide(st) == Action.PUSH
-    st.payload_s = 0.004                                     # 11 ms > 10 ms: skip for cost
-    assert sch.decide(st) == Action.CONTINUE and st.skip_reason == "cost"
+    st.payload_s = 0.005                                     # 11 ms > 10 ms: the queue made it dear
+    assert sch.decide(st) == Action.CONTINUE and st.skip_reason == "busy"
+    st.probe_queued, st.payload_s = 0, 0.012                 # dearer than it carries even at an idle server
+    assert sch.decide(st) == Action.CONTINUE and st.skip_reason == "value"
+    # a push costs at least one service time, even when its payload was never seen to add anything
+    assert sch.cost(_esp_state(probe_rtt_s=0.001, probe_service_s=0.004)) == pytest.approx(0.004)
     # a probe still unanswered after 30 ms of compute: the server is at least that far away
     st = _esp_state(probe_rtt_s=0.001, probing=True, probe_out_s=0.030)
-    assert sch.decide(st) == Action.CONTINUE and st.skip_reason == "cost"
-    # more queued than busy_max: skip for congestion, whatever the cost
-    st = _esp_state(probe_rtt_s=0.0001, probe_queued=5)
-    assert sch.decide(st) == Action.CONTINUE and st.skip_reason == "busy"
-    # without probes (ablation) the past push round trips and the last reply's queue decide
-    off = EspSchedule(rho=1.0, max_skip=8, busy_max=4, probe=False)
+    assert sch.decide(st) == Action.CONTINUE
+    # without probes (ablation) the past push round trips decide
+    off = EspSchedule(rho=1.0, max_skip=8, probe=False)
     assert off.cost(st) == 0.002 and off.decide(st) == Action.PUSH
     assert not off.uses_probes and sch.uses_probes
 
 
-def test_esp_value_pushes_a_far_drifted_delta_and_skips_a_tiny_one():
-    sch = EspSchedule(rho=1.0, max_skip=8, value_low=0.25, value_high=4.0)
-    dear = _esp_state(rtt_ewma=1.0, update_norm=1.0)         # a push costs 100x the compute it carries
-    dear.unsent_norm = 5.0                                   # 5 typical steps' worth: push anyway
+def test_esp_weighs_what_the_delta_carries_against_what_the_push_costs():
+    sch = EspSchedule(rho=1.0, max_skip=8, value_high=4.0)
+    # 2 steps of 5 ms, a push costs 8 ms of the cluster
+    st = _esp_state(probe_rtt_s=0.001, probe_service_s=0.008, update_norm=1.0)
+    st.unsent_norm = 2.0                       # 2 typical steps' worth: 10 ms of training >= 8 ms
+    assert sch.decide(st) == Action.PUSH
+    st.unsent_norm = 1.0                       # the steps cancelled out: 5 ms < 8 ms, skip (LAG-like)
+    assert sch.decide(st) == Action.CONTINUE and st.skip_reason == "value"
+    dear = _esp_state(rtt_ewma=1.0, update_norm=1.0, unsent_norm=5.0)   # far drifted: push even when dear
     assert sch.decide(dear) == Action.PUSH
-    cheap = _esp_state(rtt_ewma=1e-6, update_norm=1.0, unsent_norm=0.1)
-    assert sch.decide(cheap) == Action.CONTINUE and cheap.skip_reason == "value"
-    cheap.unsent_norm = 1.0
-    assert sch.decide(cheap) == Action.PUSH
-    novalue = EspSchedule(rho=1.0, max_skip=8, value=False)
+    novalue = EspSchedule(rho=1.0, max_skip=8, value=False)   # the steps themselves are the worth
+    st.unsent_norm = 1.0
+    assert novalue.decide(st) == Action.PUSH
     assert novalue.decide(_esp_state(rtt_ewma=1.0, update_norm=1.0, unsent_norm=5.0)) == Action.CONTINUE
     assert sch.needs_norm and not novalue.needs_norm
 

@@ -54,26 +54,28 @@ def jittered_max_skip(max_skip: int, seed: int, rank: int) -> int:
 
 @dataclass
 class EspSchedule(Schedule):
-    """Efficient synchronous parallel: communicate only when it is worth it now.
+    """Efficient synchronous parallel: push only when what the push carries is worth what it costs
+    the cluster now (rule v3).
 
-    At a step boundary with nothing in flight the worker pushes (non-blocking) or skips and
-    trains on; skipped work stays in the unsent delta and goes with a later push. In order:
+    At a step boundary with nothing in flight the worker pushes (non-blocking) or skips and trains
+    on; skipped work stays in the unsent delta and goes with a later push. In order:
 
     1. forced sync: after ``st.max_skip`` consecutive skips (``max_skip`` jittered per worker),
-       push and block; an exchange still in flight after ``st.max_skip`` further steps is
-       waited for. This bounds staleness as in SSP;
+       push and block; an exchange still in flight after ``st.max_skip`` further steps is waited
+       for. This bounds staleness as in SSP;
     2. ``efficiency`` off (ablation): push;
-    3. value (``value`` on, once the server has reported its update norm): v = |unsent delta| /
-       (the server's recent norm of one applied delta per local step), i.e. how many typical
-       steps' worth of change the worker holds. v >= ``value_high``: push even when dear (it has
-       drifted far); v < ``value_low``: skip, reason "value" (little to say even when cheap);
-    4. congestion: skip, reason "busy", when more than ``busy_max`` pushes are queued at the
-       server (the last probe's count; without probes the last reply's);
-    5. cost: push when cost <= ``rho`` x the compute seconds the push carries, else skip, reason
-       "cost". With probes, cost = probe round trip + queued x the server's seconds per push +
-       what a push adds to a probe's round trip (EWMA), and at least the compute time already
-       spent waiting for a probe still in flight; without (ablation), the EWMA of past push round
-       trips net of the time the sync policy held them. Nothing measured yet: push.
+    3. value: ``worth`` = |unsent delta| / the server's recent norm of one applied delta per local
+       step (``value`` on, once reported; LAG-style), i.e. how many typical steps' worth of change
+       the worker holds (``unsent_steps`` without it); measured ``worth >= value_high``: push (drifted far);
+    4. value against cost: push when ``worth x step_s >= rho x cost``, the seconds of training the
+       push carries against the seconds it takes from the cluster. With probes, cost = queued x
+       the server's seconds per push + this push's own time (its service, and its payload on this
+       worker's link: what a push's round trip adds to a probe's, at least one service time), and
+       at least the compute time a probe still in flight has been out; without (ablation), the
+       EWMA of past push round trips net of the time the sync policy held them. Nothing measured
+       yet: push. A skip's reason is ``busy`` when the server's queue decided it (the push would
+       pay off at an idle server), else ``value`` (too little to say even then), or ``cost``
+       without probes.
 
     After a skip the worker sends a probe (``probe`` on) if none is in flight, so the next
     boundary decides on a fresh answer; before a push it takes the probe's answer first.
@@ -81,11 +83,9 @@ class EspSchedule(Schedule):
 
     rho: float = 1.0
     max_skip: int = 8
-    busy_max: int = 4
     probe: bool = True
     value: bool = True
     efficiency: bool = True
-    value_low: float = 0.25
     value_high: float = 4.0
     name = "esp"
     forces_syncs = True
@@ -101,23 +101,22 @@ class EspSchedule(Schedule):
     def setup(self, st: WorkerState, rank: int, seed: int) -> None:
         st.max_skip = jittered_max_skip(self.max_skip, seed, rank)
 
+    def own_cost(self, st: WorkerState) -> float:
+        """Seconds this push itself takes from the cluster: its service and its payload on the link."""
+        return max(st.payload_s, st.probe_service_s)
+
     def cost(self, st: WorkerState) -> float | None:
-        """Estimated seconds a push would take now (None before anything was measured)."""
+        """Seconds a push would take from the cluster now (None before anything was measured)."""
         if self.uses_probes and st.probe_rtt_s is not None:
-            now = st.probe_rtt_s + st.probe_queued * st.probe_service_s
-            if st.probing:
-                now = max(now, st.probe_out_s)   # the probe in flight is already this late
-            return now + st.payload_s
+            now = st.probe_queued * st.probe_service_s + self.own_cost(st)
+            return max(now, st.probe_out_s) if st.probing else now
         return st.rtt_ewma
 
-    def queued(self, st: WorkerState) -> int:
-        """Pushes queued at the server, as last seen."""
-        return st.probe_queued if self.uses_probes and st.probe_rtt_s is not None else st.busy
-
-    def efficient(self, st: WorkerState) -> bool:
-        """Whether an exchange now is cheap relative to the local work it carries (rule 5)."""
-        cost = self.cost(st)
-        return cost is None or cost <= self.rho * st.unsent_compute_s
+    def worth(self, st: WorkerState) -> float:
+        """Typical steps' worth of change the unsent delta holds."""
+        if self.value and st.update_norm > 0:
+            return st.unsent_norm / st.update_norm
+        return float(st.unsent_steps)
 
     def decide(self, st: WorkerState) -> Action:
         if st.pending:
@@ -127,15 +126,16 @@ class EspSchedule(Schedule):
             return Action.PUSH_AND_WAIT  # forced sync keeps staleness bounded
         if not self.efficiency:
             return Action.PUSH
-        if self.value and st.update_norm > 0:
-            v = st.unsent_norm / st.update_norm
-            if v >= self.value_high:
-                return Action.PUSH
-            if v < self.value_low:
-                return self._skip(st, "value")
-        if self.queued(st) > self.busy_max:
-            return self._skip(st, "busy")
-        return Action.PUSH if self.efficient(st) else self._skip(st, "cost")
+        worth = self.worth(st)
+        if self.value and st.update_norm > 0 and worth >= self.value_high:
+            return Action.PUSH
+        cost = self.cost(st)
+        carried = worth * st.unsent_compute_s / max(1, st.unsent_steps)
+        if cost is None or carried >= self.rho * cost:
+            return Action.PUSH
+        if not self.uses_probes or st.probe_rtt_s is None:
+            return self._skip(st, "cost")
+        return self._skip(st, "busy" if carried >= self.rho * self.own_cost(st) else "value")
 
     @staticmethod
     def _skip(st: WorkerState, reason: str) -> Action:
@@ -145,9 +145,7 @@ class EspSchedule(Schedule):
 
 def make(config, n_workers: int) -> tuple[ESP, EspSchedule]:
     """ESP's server policy and worker schedule for a config."""
-    busy_max = config.esp_busy_max if config.esp_busy_max is not None else max(2, n_workers // 2)
     return (ESP(config.staleness, config.esp_scale),
-            EspSchedule(rho=config.esp_rho, max_skip=config.esp_max_skip, busy_max=busy_max,
-                        probe=config.esp_probe == "on", value=config.esp_value == "on",
-                        efficiency=config.esp_efficiency == "on", value_low=config.esp_value_low,
+            EspSchedule(rho=config.esp_rho, max_skip=config.esp_max_skip, probe=config.esp_probe == "on",
+                        value=config.esp_value == "on", efficiency=config.esp_efficiency == "on",
                         value_high=config.esp_value_high))

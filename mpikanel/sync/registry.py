@@ -32,7 +32,8 @@ MODELS: dict[str, SyncModel] = {m.name: m for m in (
     SyncModel("ssp", "stale synchronous: at most --staleness pushes ahead of the slowest", "ssp",
               ("staleness",)),
     SyncModel("esp", "efficient synchronous: workers skip exchanges that are not worth it now", "esp",
-              ("staleness", "esp_rho", "esp_max_skip", "esp_busy_max", "esp_scale")),
+              ("staleness", "esp_rho", "esp_max_skip", "esp_scale", "esp_probe", "esp_value", "esp_efficiency",
+               "esp_value_high")),
     SyncModel("psp", "predicted synchronous: the server plans each worker's local steps per round", "psp",
               ("psp_k_max", "psp_aggregate", "psp_wait")),
 )}
