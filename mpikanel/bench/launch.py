@@ -96,6 +96,11 @@ def run_ranks(n: int, module: str, args: list[str], env: dict[str, str], timeout
     return RankRun(cmd, results, out, err)
 
 
+def results_dir(args) -> str | None:
+    """--out: the result set of a bench that writes one only when asked."""
+    return args.out
+
+
 def write_results(out: str | Path, table: str, **extra: object) -> None:
     """``OUT/results.json`` (the command, the core count and `extra`) and ``OUT/results.md`` (the command and table)."""
     out = Path(out)
