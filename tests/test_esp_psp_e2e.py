@@ -1,13 +1,11 @@
 """ESP and PSP end to end under mpiexec: no lost work, the behaviour each model promises, convergence."""
-from pathlib import Path
-
 import numpy as np
 import pytest
 
 from launch import run_train
+from need import needs_fashion
 from test_train_e2e import SMALL, assert_no_lost_work
 
-FASHION = Path("/usr/share/datasets/fashion-mnist")
 HEAVY = ["--batch-size", "512", "--synthetic-rows", "30000", "--synthetic-features", "800", "--epochs", "2"]
 
 
@@ -27,7 +25,7 @@ def test_converges_like_bsp_and_loses_nothing(sync, accuracy, tmp_path):
     assert all(w["samples"] > 0 and w["pushes"] >= 1 for w in s["per_worker"])
 
 
-@pytest.mark.skipif(not FASHION.exists(), reason="apt-get install dataset-fashion-mnist for the real-data test")
+@needs_fashion
 @pytest.mark.parametrize("sync", ["esp", "psp"])
 def test_converges_on_fashion_mnist(sync, tmp_path):
     # lr 0.02: at 0.05 one epoch ends in SGD's noise band, where a late stale push can dip accuracy
