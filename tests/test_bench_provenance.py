@@ -1,13 +1,15 @@
 """Provenance of a result set (git state, refusal of a dirty tree, provenance.json) and ``bench report``."""
+import importlib
 import json
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from mpikanel.bench import provenance
-from mpikanel.bench.__main__ import main
+from mpikanel.bench.__main__ import SUBCOMMANDS, main
 from mpikanel.bench.report import build, holds
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -51,7 +53,8 @@ def test_a_dirty_tree_is_refused_in_one_line_and_allowed_with_allow_dirty(repo, 
     assert main([*PSP_PLAN, "--out", str(out)]) == 0          # clean
     prov = json.loads((out / provenance.PROVENANCE).read_text())
     assert prov["dirty"] is False and prov["git_commit"] == provenance.git_state(None, repo)[0]
-    assert prov["command"][-5:] == [*PSP_PLAN[1:], "--out", str(out)][-5:] and prov["exit_code"] == 0
+    assert prov["command"] == [sys.executable, "-m", "mpikanel.bench", *PSP_PLAN, "--out", str(out)]
+    assert prov["exit_code"] == 0 and prov["wall_s"] >= 0
     assert prov["mpi_library"] and "unknown" not in prov["mpi_library"]
     assert prov["versions"]["numpy"] and prov["versions"]["numba"] and prov["versions"]["python"]
     assert prov["machine"]["cores"] >= 1 and prov["machine"]["memory_gib"] > 0
@@ -78,8 +81,6 @@ def test_outside_git_nothing_is_recorded_as_clean(tmp_path, monkeypatch, capsys)
 
 
 def test_every_result_writing_subcommand_takes_allow_dirty():
-    from mpikanel.bench.__main__ import SUBCOMMANDS
-    import importlib
     writers = {n for n, (m, _) in SUBCOMMANDS.items() if hasattr(importlib.import_module(m), "results_dir")}
     assert writers == {"mpi", "sync", "psp-plan", "simcheck", "scale", "checkpoint"}
 

@@ -1,5 +1,6 @@
 """tests/need.py: a missing prerequisite skips with its reason, and fails under CI=true."""
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -59,7 +60,8 @@ pytest_plugins = ["pytester"]
 
 def test_a_marked_test_and_the_stage_line_in_a_real_session(pytester, monkeypatch):
     """The needs_fashion mark goes through conftest; the stage line counts what ran."""
-    pytester.makeconftest(f"import runpy\nglobals().update((k, v) for k, v in runpy.run_path({__file__[:-len('test_need.py')] + 'conftest.py'!r}).items()\n"
+    conftest = str(Path(__file__).with_name("conftest.py"))
+    pytester.makeconftest(f"import runpy\nglobals().update((k, v) for k, v in runpy.run_path({conftest!r}).items()\n"
                           "                 if k.startswith('pytest_'))\n")
     pytester.makeini("[pytest]\nmarkers =\n    needs_fashion: x\n")
     pytester.makepyfile("import pytest\n\n@pytest.mark.needs_fashion\ndef test_real(): pass\n\n"

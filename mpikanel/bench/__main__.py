@@ -25,7 +25,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "simcheck": ("mpikanel.bench.simcheck", "replay real runs in the simulator and compare wait, pushes, staleness"),
     "scale": ("mpikanel.bench.scale", "K server ranks: pushes/s, bytes and CPU per push per server, peak RSS, held time"),
     "checkpoint": ("mpikanel.bench.checkpoint", "checkpoint write time and training pause vs np.save of the same bytes"),
-    "report": ("mpikanel.bench.report", "the tables of the committed result sets (docs/results), rebuilt from their files"),
+    "report": ("mpikanel.bench.report", "the tables of the committed result sets (docs/results), rebuilt"),
 }
 
 

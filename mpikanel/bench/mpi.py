@@ -36,7 +36,7 @@ import time
 from pathlib import Path
 
 from ..comm.environment import launcher_environment
-from .launch import results_dir  # noqa: F401 (results_dir: a result set)
+from .launch import results_dir  # noqa: F401  - re-exported: this bench writes a result set
 from .provenance import MPI_INFO, git_commit
 
 _REPO_ROOT = Path(__file__).resolve().parents[2]

@@ -107,7 +107,8 @@ def machine() -> dict[str, object]:
     except OSError:
         pass
     usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    return {"cores": os.cpu_count(), "cores_usable": usable, "memory_gib": None if mem is None else round(mem / 2**30, 1),
+    return {"cores": os.cpu_count(), "cores_usable": usable,
+            "memory_gib": None if mem is None else round(mem / 2**30, 1),
             "cpu": model or platform.processor() or platform.machine(), "platform": platform.platform()}
 
 

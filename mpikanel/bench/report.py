@@ -105,7 +105,10 @@ def _provenance_line(entry: Path) -> str | None:
     path = entry / PROVENANCE
     if not entry.is_dir() or not path.is_file():
         return None
-    p = json.loads(path.read_text())
+    try:
+        p = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        return f"{PROVENANCE} unreadable ({exc})"
     return (f"commit {p.get('git_commit')}{' (dirty)' if p.get('dirty') else ''}, {p.get('date_utc')}, "
             f"{p.get('mpi_library')}, {p.get('machine', {}).get('cores')} cores, load "
             f"{p.get('load_average_start', ['?'])[0]} -> {p.get('load_average_end', ['?'])[0]}")
