@@ -19,8 +19,17 @@ else
 fi
 export NUMBA_CACHE_DIR=${NUMBA_CACHE_DIR:-$PWD/.numba-cache}
 t0=$SECONDS
+# every pytest stage prints its skip reasons (-rs) and ends with one line of counts (tests/conftest.py,
+# from MPIKANEL_TEST_STAGE); under CI=true a missing prerequisite (mpiexec, SLURM, Fashion-MNIST as
+# root) is an error, not a skip (tests/need.py)
+export PYTEST_ADDOPTS="${PYTEST_ADDOPTS:+$PYTEST_ADDOPTS }-rs"
+stage=0
 # every step under a timeout (seconds: STEP_TIMEOUT, the second-MPI steps SECOND_STEP_TIMEOUT) so nothing hangs
-run() { echo "+ [$((SECONDS - t0))s] $*"; timeout --kill-after=30 "${STEP_TIMEOUT:-2400}" "$@"; }
+run() {
+  stage=$((stage + 1))
+  echo "+ [stage $stage, $((SECONDS - t0))s] $*"
+  MPIKANEL_TEST_STAGE="stage $stage" timeout --kill-after=30 "${STEP_TIMEOUT:-2400}" "$@"
+}
 run2() { STEP_TIMEOUT=${SECOND_STEP_TIMEOUT:-1200} run "$@"; }
 mpi_of() { "$1" -c 'import mpi4py; mpi4py.rc.initialize = False; from mpi4py import MPI; print(MPI.Get_library_version().splitlines()[0])'; }
 echo "default MPI: $(mpi_of .venv/bin/python)"

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from mpikanel.comm.environment import launcher_environment
+from need import need
 
 
 def mpiexec() -> str:
@@ -18,7 +19,7 @@ def mpiexec() -> str:
     here = Path(sys.executable).parent / "mpiexec"
     found = str(here) if here.exists() else shutil.which("mpiexec")
     if not found:
-        pytest.skip("no mpiexec: install the project with its [test] extra (it brings the default MPI wheel)")
+        need("mpiexec", "no mpiexec: install the project with its [test] extra (it brings the default MPI wheel)")
     return found
 
 

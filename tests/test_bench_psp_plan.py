@@ -5,7 +5,7 @@ from mpikanel.bench.__main__ import main
 
 
 def test_psp_plan_bench_writes_a_row_per_size_with_real_plans(tmp_path):
-    assert main(["psp-plan", "--workers", "20", "200", "--rounds", "3", "--out", str(tmp_path)]) == 0
+    assert main(["psp-plan", "--workers", "20", "200", "--rounds", "3", "--out", str(tmp_path), "--allow-dirty"]) == 0
     rows = json.loads((tmp_path / "psp-plan.json").read_text())["rows"]
     assert [r["workers"] for r in rows] == [20, 200]
     assert all(r["plan_ms"] > 0 and r["push_us"] > 0 for r in rows)

@@ -7,6 +7,7 @@ import pytest
 
 from mpikanel.bench.launch import MpiexecNotFound, find_mpiexec
 from mpikanel.bench.yield_check import blocked_cpu_fraction, blocked_result
+from need import need
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -16,7 +17,7 @@ def _need_mpiexec():
     try:
         find_mpiexec()
     except MpiexecNotFound as exc:
-        pytest.skip(str(exc))
+        need("mpiexec", str(exc))
 
 
 def test_project_default_blocked_rank_yields_cpu():

@@ -159,6 +159,7 @@ def test_bench_sync_quick_end_to_end(tmp_path):
     out = tmp_path / "bench"
     cmd = [sys.executable, "-m", "mpikanel.bench", "sync", "--scenario", "straggler", "--models", "bsp",
            "localsgd-4", "--lrs", "0.05", "0.2", "--seeds", "0", "1", "--ranks", "3", "--quick", "--timeout", "120",
+           "--allow-dirty",
            "--out", str(out)]
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=840, env=clean_env())
@@ -179,6 +180,8 @@ def test_bench_sync_quick_end_to_end(tmp_path):
     md = (out / "results.md").read_text()
     assert "### straggler" in md and "held time to target s (val)" in md and "| localsgd-4 |" in md
     assert (out / "straggler-val-loss.png").stat().st_size > 1000
+    prov = (out / "provenance.json").read_text()
+    assert json.loads(prov)["exit_code"] == 0 and json.loads(prov)["mpi_library"]
     # the report rebuilt from the files alone (the directory moved): same tables, the original command kept
     moved = tmp_path / "moved"
     out.rename(moved)
@@ -189,6 +192,7 @@ def test_bench_sync_quick_end_to_end(tmp_path):
     assert rebuilt["command"] == res["command"] and rebuilt["git_commit"] == res["git_commit"]
     assert rebuilt["tables"]["straggler"]["rows"] == table["rows"]
     assert "report rebuilt at commit" in (moved / "results.md").read_text()
+    assert (moved / "provenance.json").read_text() == prov      # the run's, not the rebuild's
 
 
 def test_esp_notes_compare_the_round_trip_with_the_injected_delay_and_report_probe_cost():

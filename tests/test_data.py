@@ -1,6 +1,5 @@
 """Tests for mpikanel.data."""
 
-import os
 
 import h5py
 import numpy as np
@@ -9,8 +8,8 @@ import pytest
 from mpikanel.data import DataInfo, DataSpec, Shard, describe, load_rows, load_test, shard_range
 from mpikanel.errors import InputError
 from mpikanel.kernels import CSR
+from need import needs_fashion
 
-FASHION_DIR = "/usr/share/datasets/fashion-mnist"
 
 
 def _small_synth(**kw) -> DataSpec:
@@ -328,10 +327,7 @@ def test_bad_idx_magic(tmp_path):
 # --- fashion-mnist -------------------------------------------------------------------------
 
 
-@pytest.mark.skipif(
-    not os.path.isdir(FASHION_DIR),
-    reason=f"{FASHION_DIR} absent (apt-get install dataset-fashion-mnist)",
-)
+@needs_fashion
 def test_fashion_mnist_small_ranges():
     spec = DataSpec(source="fashion-mnist")
     info = describe(spec)

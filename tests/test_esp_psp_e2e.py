@@ -1,13 +1,11 @@
 """ESP and PSP end to end under mpiexec: no lost work, the behaviour each model promises, convergence."""
-from pathlib import Path
-
 import numpy as np
 import pytest
 
 from launch import run_train
+from need import needs_fashion
 from test_train_e2e import SMALL, assert_no_lost_work
 
-FASHION = Path("/usr/share/datasets/fashion-mnist")
 HEAVY = ["--batch-size", "512", "--synthetic-rows", "30000", "--synthetic-features", "800", "--epochs", "2"]
 
 
@@ -27,7 +25,7 @@ def test_converges_like_bsp_and_loses_nothing(sync, accuracy, tmp_path):
     assert all(w["samples"] > 0 and w["pushes"] >= 1 for w in s["per_worker"])
 
 
-@pytest.mark.skipif(not FASHION.exists(), reason="apt-get install dataset-fashion-mnist for the real-data test")
+@needs_fashion
 @pytest.mark.parametrize("sync", ["esp", "psp"])
 def test_converges_on_fashion_mnist(sync, tmp_path):
     # lr 0.02: at 0.05 one epoch ends in SGD's noise band, where a late stale push can dip accuracy
@@ -45,9 +43,13 @@ def test_esp_skips_on_the_slow_link_only(tmp_path):
     by_rank = {w["rank"]: w for w in s["per_worker"]}
     slow, fast = by_rank[1], [by_rank[2], by_rank[3]]
     assert slow["skips"] > 0.5 * slow["steps"]               # the slow link is rarely worth using
+    # what ESP decided on: worker 1's probes see the link, the others' do not (the server answers
+    # probes at once: an ordering the 0.3 s delay decides, however loaded the machine)
+    assert slow["probe_rtt_mean_s"] >= 0.3
+    assert all(w["probe_rtt_mean_s"] < 0.1 for w in fast), fast
     rate = lambda w: w["skips"] / w["steps"]                 # noqa: E731 - per step: the shared budget
-    for w in fast:                                           # gives fast workers more steps
-        assert rate(w) < rate(slow), (w, slow)               # the others skip less often
+    # the others skip less often, on average (one of them alone may skip for a loaded server)
+    assert np.mean([rate(w) for w in fast]) < rate(slow), (fast, slow)
     for w in s["per_worker"]:
         assert w["exchanges_started"] == w["exchanges_completed"] == w["pushes"]
         assert w["rtt_p95_s"] >= w["rtt_mean_s"] * 0.5 > 0
@@ -64,9 +66,10 @@ def test_esp_round_trips_see_the_link_and_every_merge_is_counted(tmp_path):
 
 
 def test_esp_skip_bound_holds(tmp_path):
-    # tiny steps, slow exchanges: ESP skips all it may, then forces a sync
-    proc, s = run_train(3, "--sync", "esp", "--esp-max-skip", "3", "--link-delay", "*:0.01", *SMALL,
-                        tmp_path=tmp_path)
+    # tiny steps, slow exchanges: ESP skips all it may, then forces a sync (a 50 ms link outlasts
+    # 3 tiny steps even on a loaded machine)
+    proc, s = run_train(3, "--sync", "esp", "--esp-max-skip", "3", "--link-delay", "*:0.05", *SMALL[:2],
+                        "--epochs", "1", tmp_path=tmp_path)
     assert proc.returncode == 0, proc.stderr
     for w in s["per_worker"]:
         assert w["forced_syncs"] > 0
@@ -74,14 +77,15 @@ def test_esp_skip_bound_holds(tmp_path):
 
 
 def test_psp_gives_fast_workers_more_steps_under_a_straggler(tmp_path):
-    # long steps (2000 features): the 4x straggler must stand out of the scheduling noise of 2 cores
-    proc, s = run_train(4, "--sync", "psp", "--slowdown", "1:4", "--batch-size", "512", "--synthetic-rows",
+    # long steps (2000 features) and an 8x straggler: it must stand out of the scheduling noise of a
+    # loaded 2-core machine (uneven CPU shares of 2-3x between the ranks)
+    proc, s = run_train(4, "--sync", "psp", "--slowdown", "1:8", "--batch-size", "512", "--synthetic-rows",
                         "30000", "--synthetic-features", "2000", "--epochs", "2", tmp_path=tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert_no_lost_work(s)
     k = np.array(s["psp"]["k"])
     planned = k[1:]                               # round 0 plans before anything is measured
-    assert planned[:, 1:].mean() > 1.5 * planned[:, 0].mean()
+    assert planned[:, 1:].mean() > 2 * planned[:, 0].mean()
     assert s["psp"]["rounds"] > 3
     by_rank = {w["rank"]: w for w in s["per_worker"]}
     slow, fast = by_rank[1], [by_rank[2], by_rank[3]]

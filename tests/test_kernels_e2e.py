@@ -11,18 +11,17 @@ from pathlib import Path
 
 import pytest
 from launch import clean_env, mpiexec, run_train
+from need import needs_fashion
 
 from mpikanel.config import config_from_args
 from mpikanel.errors import InputError
 
 ROOT = Path(__file__).resolve().parent.parent
-FASHION_DIR = "/usr/share/datasets/fashion-mnist"
 #: the stated accuracy: MLP (64 ReLU units, 5 epochs, BSP, 3 workers) on the full Fashion-MNIST test set;
 #: BSP is bitwise reproducible, so this does not depend on how the ranks were scheduled (measured 0.8588,
 #: softmax 0.8337; under ASP the MLP landed anywhere in 0.845-0.86)
 MLP_FASHION_ACCURACY = 0.85
 
-needs_fashion = pytest.mark.skipif(not os.path.isdir(FASHION_DIR), reason="dataset-fashion-mnist not installed")
 
 
 def _env() -> dict[str, str]:

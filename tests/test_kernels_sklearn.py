@@ -14,7 +14,6 @@ Data (subsets keep the suite fast; test sets of 2000 rows, so 1 pp = 20 rows):
 
 from __future__ import annotations
 
-import os
 import warnings
 
 import numpy as np
@@ -22,15 +21,12 @@ import pytest
 
 from mpikanel.data import DataSpec, describe, load_rows, load_test
 from mpikanel.kernels import CSR, bind, get_model
+from need import FASHION_DIR, needs_fashion
 
 sklearn = pytest.importorskip("sklearn")
 from sklearn.linear_model import LogisticRegression, Ridge  # noqa: E402
 from sklearn.svm import LinearSVC  # noqa: E402
 
-FASHION_DIR = "/usr/share/datasets/fashion-mnist"
-#: skip, never fail, where Debian's dataset-fashion-mnist is not installed (as tests/test_kernels_e2e.py)
-needs_fashion = pytest.mark.skipif(not os.path.isdir(FASHION_DIR),
-                                   reason=f"dataset-fashion-mnist not installed ({FASHION_DIR} absent)")
 L2 = 1e-3
 EPOCHS = 30
 TEACHER_SCALE = 6.0
@@ -71,7 +67,7 @@ def _as_sk(X):
 
 
 def _fashion():
-    spec = DataSpec(source="fashion-mnist", data_dir=FASHION_DIR)
+    spec = DataSpec(source="fashion-mnist", data_dir=str(FASHION_DIR))
     info = describe(spec)
     tr, te = load_rows(spec, info, 0, 4000), load_test(spec, info)
     return tr.X, tr.y, np.ascontiguousarray(te.X[:2000]), te.y[:2000]

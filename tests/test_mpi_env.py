@@ -12,6 +12,7 @@ import pytest
 from mpikanel import run as mrun
 from mpikanel.bench import launch as blaunch
 from mpikanel.comm import environment as menv
+from need import need
 
 ROOT = Path(__file__).resolve().parents[1]
 IDLE_KEYS = ("MPIR_CVAR_ENABLE_HEAVY_YIELD", "OMPI_MCA_mpi_yield_when_idle", "I_MPI_WAIT_MODE")
@@ -118,7 +119,7 @@ def test_launcher_runs_a_job_with_more_ranks_than_cores_without_any_mpi_settings
     """No OMPI_/PRTE_/I_MPI_/MPIR_ variables at all: mpikanel.run supplies what the MPI needs
     (Open MPI as root and with 5 ranks on fewer cores refuses without them)."""
     if not (Path(sys.executable).parent / "mpiexec").exists():
-        pytest.skip("no mpiexec next to this Python")
+        need("mpiexec", "no mpiexec next to this Python")
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(("OMPI_", "PRTE_", "PMIX_", "PMI_", "I_MPI_", "MPIR_CVAR", "HYDRA_"))}
     out = tmp_path / "summary.json"

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 from launch import checkpoints, clean_env, mpiexec, run_train
+from need import needs_fashion
 
-FASHION = Path("/usr/share/datasets/fashion-mnist")
 SMALL = ["--synthetic-rows", "20000", "--epochs", "2"]
 
 
@@ -40,7 +40,7 @@ def test_sync_models_converge_on_synthetic(sync, tmp_path):
         assert sum(w["wait_s"] for w in s["per_worker"]) > 0
 
 
-@pytest.mark.skipif(not FASHION.exists(), reason="apt-get install dataset-fashion-mnist for the real-data test")
+@needs_fashion
 # one model on real data (each model trains on synthetic data above; BSP and the MLP train on
 # Fashion-MNIST in the kernel tests): CI time
 @pytest.mark.parametrize("sync", ["asp"])

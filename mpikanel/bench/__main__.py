@@ -1,9 +1,18 @@
-"""``python -m mpikanel.bench <subcommand>``: each subcommand is a module with add_arguments and run."""
+"""``python -m mpikanel.bench <subcommand>``: each subcommand is a module with add_arguments and run.
+
+A module that writes a result set also has ``results_dir(args) -> str | None`` (the directory this
+run writes, its default resolved; None: none): those runs get ``--allow-dirty`` and a
+``provenance.json`` in that directory (:mod:`mpikanel.bench.provenance`). ``report`` rebuilds the
+tables of the committed result sets (:mod:`mpikanel.bench.report`).
+"""
 from __future__ import annotations
 
 import argparse
 import importlib
 import sys
+from pathlib import Path
+
+from . import provenance
 
 #: subcommand -> module exposing ``add_arguments(parser)`` and ``run(args) -> int``; add new ones here
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
@@ -16,6 +25,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "simcheck": ("mpikanel.bench.simcheck", "replay real runs in the simulator and compare wait, pushes, staleness"),
     "scale": ("mpikanel.bench.scale", "K server ranks: pushes/s, bytes and CPU per push per server, peak RSS, held time"),
     "checkpoint": ("mpikanel.bench.checkpoint", "checkpoint write time and training pause vs np.save of the same bytes"),
+    "report": ("mpikanel.bench.report", "the tables of the committed result sets (docs/results), rebuilt"),
 }
 
 
@@ -25,10 +35,19 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True, metavar="SUBCOMMAND")
     modules = {}
     for name, (module_name, help_text) in SUBCOMMANDS.items():
-        modules[name] = importlib.import_module(module_name)
-        modules[name].add_arguments(sub.add_parser(name, help=help_text, description=help_text))
+        modules[name] = module = importlib.import_module(module_name)
+        sub_parser = sub.add_parser(name, help=help_text, description=help_text)
+        module.add_arguments(sub_parser)
+        if hasattr(module, "results_dir"):
+            provenance.add_arguments(sub_parser)
+    argv = sys.argv[1:] if argv is None else list(argv)
     args = parser.parse_args(argv)
-    return modules[args.command].run(args)
+    module = modules[args.command]
+    out = module.results_dir(args) if hasattr(module, "results_dir") else None
+    if out is None:
+        return module.run(args)
+    args.out = out
+    return provenance.recorded(module.run, args, Path(out), argv)
 
 
 if __name__ == "__main__":

@@ -21,6 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from .launch import have_mpiexec, write_results
+from .launch import results_dir  # noqa: F401  - re-exported: this bench writes a result set
 from .scale import WORKLOADS, run_summary
 
 

@@ -1,6 +1,7 @@
 """Find mpiexec and run a rank-side benchmark module under it, bounded by a timeout."""
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import shutil
@@ -94,6 +95,11 @@ def run_ranks(n: int, module: str, args: list[str], env: dict[str, str], timeout
         raise RankRunError(f"exit {proc.returncode}, {len(results)} result lines: {' '.join(cmd)}\n"
                            f"{out[-1000:]}{err[-2000:]}")
     return RankRun(cmd, results, out, err)
+
+
+def results_dir(args: argparse.Namespace) -> str | None:
+    """--out: the result set of a bench that writes one only when asked."""
+    return args.out
 
 
 def write_results(out: str | Path, table: str, **extra: object) -> None:

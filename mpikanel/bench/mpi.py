@@ -36,6 +36,8 @@ import time
 from pathlib import Path
 
 from ..comm.environment import launcher_environment
+from .launch import results_dir  # noqa: F401  - re-exported: this bench writes a result set
+from .provenance import MPI_INFO, git_commit
 
 _REPO_ROOT = Path(__file__).resolve().parents[2]
 _RANK_VARS = ("PMI_", "PMIX_", "OMPI_COMM", "OMPI_MCA_ess", "OMPI_MCA_orte", "HYDRA_", "MPI_LOCALNRANKS",
@@ -93,15 +95,6 @@ class Venv:
         if proc.returncode != 0:
             raise BenchError(f"{self.name}: exit {proc.returncode}: {shlex.join(cmd)}\n{out[-800:]}{err[-1500:]}")
         return subprocess.CompletedProcess(cmd, 0, out, err)
-
-
-_INFO = """
-import json, mpi4py, sys
-mpi4py.rc.initialize = False
-from mpi4py import MPI
-print(json.dumps({"mpi": MPI.Get_library_version().strip().splitlines()[0], "mpi4py": mpi4py.__version__,
-                  "python": sys.version.split()[0]}))
-"""
 
 
 def parse_venvs(specs: list[str], envs: list[str]) -> list[Venv]:
@@ -175,17 +168,6 @@ def run_workload(v: Venv, name: str, args, tmp: Path) -> dict[str, float]:
     raise ValueError(name)
 
 
-def _git_commit() -> str:
-    try:
-        rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, timeout=10,
-                             cwd=_REPO_ROOT).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], capture_output=True,
-                               text=True, timeout=10, cwd=_REPO_ROOT).stdout.strip()
-        return rev + ("+dirty" if dirty else "") if rev else "unknown"
-    except (OSError, subprocess.TimeoutExpired):
-        return "unknown"
-
-
 def summarize(raw: dict[str, dict[str, list[dict]]]) -> dict[str, dict[str, dict]]:
     """raw[venv][workload] = [per-repeat dicts] -> table[row key][venv] = {median, min, max}."""
     table: dict[str, dict[str, dict]] = {}
@@ -252,11 +234,11 @@ def run(args: argparse.Namespace) -> int:
     out.mkdir(parents=True, exist_ok=True)
     doc = {"command": shlex.join([Path(sys.executable).name, "-m", "mpikanel.bench", *sys.argv[1:]])
            if sys.argv[0].endswith("__main__.py") else shlex.join(sys.argv),
-           "commit": _git_commit(), "cpus": os.cpu_count(), "repeats": args.repeats,
+           "commit": git_commit(), "cpus": os.cpu_count(), "repeats": args.repeats,
            "load_before": [round(x, 2) for x in os.getloadavg()], "venvs": [], "errors": []}
     for v in venvs:
         try:
-            v.info.update(json.loads(v.run([v.python, "-c", _INFO], 120).stdout))
+            v.info.update(json.loads(v.run([v.python, "-c", MPI_INFO], 120).stdout))
         except (BenchError, ValueError) as exc:
             doc["errors"].append(str(exc))
     raw: dict[str, dict[str, list[dict]]] = {v.name: {} for v in venvs}

@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from ..sync.psp import PSP
+from .provenance import default_out
 from .sync import markdown_table
 
 GOAL_S = 0.050          # issue 14: under 50 ms per round at 10,000 workers
@@ -57,14 +58,24 @@ def measure(n: int, k_max: int, rounds: int, seed: int) -> dict[str, float]:
             "push_us": 1e6 * float(np.median(push_s)), "k_mean": float(plan.k.mean())}
 
 
+def results_dir(args: argparse.Namespace) -> str:
+    """--out, or runs/psp-plan-TIME."""
+    return args.out or default_out("psp-plan")
+
+
+def format_table(rows: list[dict]) -> str:
+    """One line per worker count."""
+    header = ["workers", "plan per round (ms, median)", "p90 (ms)", "per push (µs)", "mean k"]
+    return markdown_table(header, [[str(r["workers"]), f"{r['plan_ms']:.2f}", f"{r['plan_p90_ms']:.2f}",
+                                    f"{r['push_us']:.1f}", f"{r['k_mean']:.2f}"] for r in rows])
+
+
 def run(args: argparse.Namespace) -> int:
     """Time planning at each worker count; print and write the table."""
-    out = Path(args.out or f"runs/psp-plan-{time.strftime('%Y%m%d-%H%M%S')}")
+    out = Path(results_dir(args))
     out.mkdir(parents=True, exist_ok=True)
     rows = [measure(n, args.k_max, args.rounds, args.seed) for n in args.workers]
-    header = ["workers", "plan per round (ms, median)", "p90 (ms)", "per push (µs)", "mean k"]
-    table = markdown_table(header, [[str(r["workers"]), f"{r['plan_ms']:.2f}", f"{r['plan_p90_ms']:.2f}",
-                                     f"{r['push_us']:.1f}", f"{r['k_mean']:.2f}"] for r in rows])
+    table = format_table(rows)
     biggest = rows[-1]
     verdict = (f"goal (< {GOAL_S * 1e3:.0f} ms per round at {biggest['workers']} workers): "
                f"{'met' if biggest['plan_ms'] < GOAL_S * 1e3 else 'MISSED'} ({biggest['plan_ms']:.2f} ms)")

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from ..sparse import PUSH_MODES
 from .launch import find_mpiexec, have_mpiexec, rank_env, write_results
+from .launch import results_dir  # noqa: F401  - re-exported: this bench writes a result set
 
 #: name -> (train flags, what it is); --push applies to the sparse one (a dense model keeps dense frames)
 WORKLOADS: dict[str, tuple[list[str], str]] = {

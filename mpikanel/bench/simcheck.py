@@ -15,7 +15,6 @@ import json
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -26,6 +25,7 @@ from ..metrics import read_metrics, time_to_target
 from ..sim.models import NetworkModel
 from ..sim.run import SimOptions, simulate
 from .launch import find_mpiexec, rank_env
+from .provenance import default_out
 from .sync import SCENARIOS, markdown_table
 
 WORKLOAD = {"synthetic-rows": "60000", "synthetic-features": "1000", "batch-size": "1024", "epochs": "4",
@@ -73,16 +73,21 @@ def calibrated_latency(summary: dict) -> float:
     return max(1e-6, float(np.median(per)) / 2)
 
 
+def results_dir(args: argparse.Namespace) -> str:
+    """--out, or runs/simcheck-TIME."""
+    return args.out or default_out("simcheck")
+
+
 def run(args: argparse.Namespace) -> int:
     """Real run, replay, compare; write the table."""
-    out = Path(args.out or f"runs/simcheck-{time.strftime('%Y%m%d-%H%M%S')}")
+    out = Path(results_dir(args))
     out.mkdir(parents=True, exist_ok=True)
     workload = dict(WORKLOAD)
     if args.quick:
         workload.update({"synthetic-rows": "4000", "synthetic-features": "20", "batch-size": "64", "epochs": "2",
                          "snapshot-interval": "0.02", "lr": "0.2"})
     load_before = os.getloadavg()[0]
-    rows, records = [], []
+    records = []
     for ranks in args.ranks:
         for scenario in args.scenarios:
             for model in args.models:
@@ -93,20 +98,26 @@ def run(args: argparse.Namespace) -> int:
                     print(f"  {ranks} {scenario} {model}: failed: {exc}", file=sys.stderr)
                     continue
                 records.append(rec)
-                rows.append([str(ranks), scenario, model] + [_cell(rec, m) for m in METRICS])
-                print(f"  {ranks} {scenario:<12} {model:<4} " + "  ".join(rows[-1][3:]), file=sys.stderr, flush=True)
-    headers = ("ranks", "scenario", "sync") + tuple(f"{m} real/sim (err)" for m in METRICS)
+                print(f"  {ranks} {scenario:<12} {model:<4} " + "  ".join(_cell(rec, m) for m in METRICS),
+                      file=sys.stderr, flush=True)
     within = {m: _share_within(records, m) for m in METRICS}
     text = (f"# bench simcheck\n\ncommand: `python -m mpikanel.bench {' '.join(sys.argv[1:])}`"
             f"\n\nworkload: `{' '.join(_flags(workload))}`; load average before {load_before:.2f}, after "
-            f"{os.getloadavg()[0]:.2f}; nproc {os.cpu_count()}\n\n"
-            + markdown_table(headers, rows) + "\n\nwithin tolerance: "
-            + ", ".join(f"{m} {within[m][0]}/{within[m][1]} (<= {TOLERANCE[m]:.0%})" for m in METRICS) + "\n")
+            f"{os.getloadavg()[0]:.2f}; nproc {os.cpu_count()}\n\n" + format_table(records) + "\n")
     (out / "simcheck.md").write_text(text)
     (out / "simcheck.json").write_text(json.dumps({"workload": workload, "records": records,
                                                    "within": within}, indent=2, default=lambda o: o.item()))
     print(text)
     return 0 if records else 1
+
+
+def format_table(records: list[dict]) -> str:
+    """One line per (ranks, scenario, sync) pair, then the share of pairs within tolerance."""
+    headers = ("ranks", "scenario", "sync") + tuple(f"{m} real/sim (err)" for m in METRICS)
+    rows = [[str(r["ranks"]), r["scenario"], r["sync"]] + [_cell(r, m) for m in METRICS] for r in records]
+    within = {m: _share_within(records, m) for m in METRICS}
+    return (markdown_table(headers, rows) + "\n\nwithin tolerance: "
+            + ", ".join(f"{m} {within[m][0]}/{within[m][1]} (<= {TOLERANCE[m]:.0%})" for m in METRICS))
 
 
 def _pair(out: Path, ranks: int, scenario: str, model: str, flags: dict, timeout: float) -> dict:

@@ -72,6 +72,7 @@ from ..errors import InputError
 from ..metrics import first_touch, read_metrics, time_to_target
 from ..sync import SYNC_MODELS
 from .launch import MpiexecNotFound, find_mpiexec, rank_env
+from .provenance import default_out, git_commit
 
 #: scenario -> extra mpikanel.train flags (without the leading --)
 SCENARIOS: dict[str, dict[str, str]] = {
@@ -423,13 +424,20 @@ def _check_args(args: argparse.Namespace) -> None:
         find_mpiexec()
 
 
+def results_dir(args: argparse.Namespace) -> str | None:
+    """--out, or runs/bench-sync[-sim]-TIME; None for --report-only (it keeps the run's provenance)."""
+    if args.report_only:
+        return None
+    return args.out or default_out("bench-sync-sim" if args.engine == "sim" else "bench-sync")
+
+
 def run(args: argparse.Namespace) -> int:
     """One bench per engine setting: real ranks, or the simulator at each --workers count."""
     if args.report_only:
         return rereport(args)
     if args.engine == "mpi":
         return run_engine(args)
-    base = Path(args.out or f"runs/bench-sync-sim-{time.strftime('%Y%m%d-%H%M%S')}")
+    base = Path(args.out)
     models = [m for m in (args.models or DEFAULT_MODELS) if model_run(m, 2).module == "mpikanel.train"]
     skipped = sorted(set(args.models or DEFAULT_MODELS) - set(models))
     if skipped:
@@ -455,7 +463,7 @@ def run_engine(args: argparse.Namespace) -> int:
     except (InputError, MpiexecNotFound) as exc:
         print(f"mpikanel bench sync: error: {exc}", file=sys.stderr)
         return 2
-    out = Path(args.out or f"runs/bench-sync-{time.strftime('%Y%m%d-%H%M%S')}")
+    out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     n_runs = len(scenarios) * len(models) * (len(args.lrs) + len(args.seeds) - 1)
     print(f"bench sync: {n_runs} runs ({len(scenarios)} scenarios x {len(models)} models x "
@@ -681,19 +689,6 @@ def _plots(out: Path, scenario: str, runs_by_model: dict[str, dict], target: flo
     except InputError as exc:
         return [f"plots skipped: {exc}"]
     return [loss.name, timeline.name] + ([f"{scenario}-psp-predicted.png"] if psp else [])
-
-
-def git_commit() -> str:
-    """HEAD of the repository this package lives in, '-dirty' if its tree has changes; 'unknown' outside git."""
-    root = Path(__file__).resolve().parents[2]
-    try:
-        head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True,
-                              timeout=30, check=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain"], cwd=root, capture_output=True, text=True,
-                               timeout=30, check=True).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        return "unknown"
-    return head + ("-dirty" if dirty else "")
 
 
 def versions(records: list[dict]) -> dict[str, str]:

@@ -3,8 +3,9 @@
 `scripts/slurm-local.sh start DIR` installs Debian's slurm-wlm/munge if missing (root + apt) and
 starts munged, slurmctld and slurmd. Every test here is skipped, with the script's reason, where
 the script says SLURM cannot run here (its exit code 3: not root and no SLURM, no apt, install
-failed) or the platform has no bash; any other failure of the set-up (exit 1: daemons that do not
-come up, a broken config, a timeout) fails the tests, so a regression in the set-up cannot hide.
+failed) or the platform has no bash; under CI (CI=true) those fail instead (tests/need.py: CI sets
+SLURM up). Any other failure of the set-up (exit 1: daemons that do not come up, a broken config, a
+timeout) fails the tests everywhere, so a regression in the set-up cannot hide.
 
 Knobs: MPIKANEL_SLURM_DIR (default /tmp/mpikanel-slurm-tests-UID), MPIKANEL_SLURM_PORTS
 ("CTLD,SLURMD", default "6827,6828" so a cluster you started by hand on 6817/6818 is left alone),
@@ -22,6 +23,7 @@ from pathlib import Path
 
 import pytest
 
+from need import need
 from slurm_support import SCRIPT, Slurm, _run
 
 #: scripts/slurm-local.sh's exit code for "SLURM cannot run on this machine" (the only skip)
@@ -38,7 +40,7 @@ def slurm(tmp_path_factory) -> Slurm:
     if os.environ.get("MPIKANEL_SLURM_SKIP"):
         pytest.skip("MPIKANEL_SLURM_SKIP is set")
     if not sys.platform.startswith("linux") or shutil.which("bash") is None:
-        pytest.skip("the SLURM tests need Linux and bash")
+        need("SLURM", "the SLURM tests need Linux and bash")
     ctld_port, slurmd_port = os.environ.get("MPIKANEL_SLURM_PORTS", "6827,6828").split(",")
     sdir = Path(os.environ.get("MPIKANEL_SLURM_DIR", f"/tmp/mpikanel-slurm-tests-{os.getuid()}"))
     env = {k: v for k, v in os.environ.items()
@@ -48,7 +50,7 @@ def slurm(tmp_path_factory) -> Slurm:
     was_up = _run(["bash", str(SCRIPT), "status", str(sdir)], env, 30).returncode == 0
     proc = _run(["bash", str(SCRIPT), "start", str(sdir)], env, 420)
     if proc.returncode == CANNOT_RUN_HERE:
-        pytest.skip(f"cannot run a local SLURM here (scripts/slurm-local.sh start: {_skip_reason(proc)})")
+        need("SLURM", f"cannot run a local SLURM here (scripts/slurm-local.sh start: {_skip_reason(proc)})")
     if proc.returncode != 0:
         _run(["bash", str(SCRIPT), "stop", str(sdir)], env, 60)
         pytest.fail(f"scripts/slurm-local.sh start failed with exit code {proc.returncode}:\n"
