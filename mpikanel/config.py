@@ -65,6 +65,7 @@ class TrainConfig:
     esp_value: str = "on"
     esp_efficiency: str = "on"
     esp_value_high: float = 4.0
+    esp_lag: float = 0.0
     psp_k_max: int = 8
     psp_aggregate: str = "sum"
     psp_wait: str = "train"
@@ -166,6 +167,8 @@ def _validate(c: TrainConfig) -> None:
     for name in ("esp_probe", "esp_value", "esp_efficiency", "permute_features"):
         if getattr(c, name) not in ON_OFF:
             raise InputError(f"{_flag(name)} must be on or off, got '{getattr(c, name)}'")
+    if not c.esp_lag >= 0:
+        raise InputError(f"--esp-lag must be >= 0, got {c.esp_lag}")
     if not c.esp_value_high > 0:
         raise InputError(f"--esp-value-high must be > 0, got {c.esp_value_high}")
     if c.psp_estimator not in PSP_ESTIMATORS or c.psp_objective not in PSP_OBJECTIVES:
@@ -279,6 +282,8 @@ _HELP = {
                  "norms (on), or not (off: an ablation)",
     "esp_efficiency": "ESP: skip pushes that are not worth it now (on), or push whenever nothing is in "
                       "flight (off: the ablation without the efficiency test; the max-skip bound stays)",
+    "esp_lag": "ESP: > 0 replaces the value-against-cost rule by the value alone (the LAG/Gaia-style "
+               "baseline, bench model lag): push once the unsent delta holds this many typical steps' worth",
     "esp_value_high": "ESP: push even when dear once the unsent delta reaches this many typical steps' worth",
     "psp_k_max": "PSP: most local steps a worker is planned per round, and most it trains while waiting",
     "psp_aggregate": "PSP: add the round's deltas as they are (sum) or each divided by its steps (normalized)",
@@ -329,7 +334,7 @@ GROUPS: dict[str, tuple[str, ...]] = {
              "permute_features"),
     "model": ("model", "hidden", "activation", "lr", "lr_schedule", "warmup", "batch_size", "l2", "seed", "threads"),
     "sync": ("sync", "servers", "push", "staleness", "staleness_lr", "esp_rho", "esp_max_skip", "esp_scale",
-             "esp_probe", "esp_value", "esp_efficiency", "esp_value_high", "psp_k_max",
+             "esp_probe", "esp_value", "esp_efficiency", "esp_value_high", "esp_lag", "psp_k_max",
              "psp_aggregate", "psp_estimator", "psp_objective", "psp_wait"),
     "budget": ("epochs", "budget", "time_budget", "max_steps"),
     "heterogeneity": ("slowdown", "pause_prob", "pause_s", "link_delay", "link_bandwidth", "server_delay"),

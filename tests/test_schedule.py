@@ -164,3 +164,13 @@ def test_psp_trains_while_waiting_no_longer_than_its_plan():
     sch = PspSchedule(max_wait_steps=8)
     st = WorkerState(plan=1, pending=True, steps_while_pending=1)
     assert sch.decide(st) == Action.WAIT
+
+
+def test_lag_skips_small_updates_whatever_a_push_costs():
+    lag = EspSchedule(rho=1.0, max_skip=8, lag=2.0)
+    small = _esp_state(probe_rtt_s=0.001, update_norm=1.0, unsent_norm=1.5)     # a free push, little to say
+    assert lag.decide(small) == Action.CONTINUE and small.skip_reason == "value"
+    big = _esp_state(rtt_ewma=5.0, update_norm=1.0, unsent_norm=2.5)            # a dear push, much to say
+    assert lag.decide(big) == Action.PUSH
+    assert lag.decide(_esp_state(skips=8, update_norm=1.0, unsent_norm=0.1)) == Action.PUSH_AND_WAIT
+    assert not lag.uses_probes

@@ -196,3 +196,18 @@ def test_sparse_frames_move_fewer_bytes_and_bsp_stays_bitwise(sync):
     assert sparse["delta_sum_rel_error"] < 1e-9 and sparse["samples"] == sparse["samples_budget"]
     if sync == "bsp":
         assert sparse["params_sha256"] == dense["params_sha256"]
+
+
+def test_esp_holds_back_pushes_while_the_server_is_congested():
+    # 8 workers, steps of 1 ms and a server that takes 4 ms a push: ESP weighs each push against what
+    # it takes from the server and skips; the ablation without the rule pushes whenever it can
+    congested = dict(workers=8, sync="esp", server_delay="0.004", synthetic_rows=20000, epochs=1)
+    esp, noeff = run(**congested), run(**congested, esp_efficiency="off")
+    pushes = lambda s: sum(w["pushes"] for w in s["per_worker"])     # noqa: E731
+    assert pushes(esp) < 0.85 * pushes(noeff)
+    assert esp["wall_s"] < 0.85 * noeff["wall_s"]                    # the server's queue was the bottleneck
+    assert abs(esp["test_loss"] - noeff["test_loss"]) < 0.01 * noeff["test_loss"]
+    assert esp["delta_sum_rel_error"] < 1e-9 and esp["samples"] == esp["samples_budget"]
+    # at a server 40x quicker the same rule skips far less
+    quick = run(**{**congested, "server_delay": "0.0001"})
+    assert pushes(quick) > 1.15 * pushes(esp)

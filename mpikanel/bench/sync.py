@@ -100,7 +100,9 @@ BASELINE_MODULES = {"allreduce": "mpikanel.baselines.allreduce_sgd", "localsgd":
 ABLATIONS = {"psp-zipline": ("--sync", "psp", "--psp-wait", "idle"),
              "esp-noeff": ("--sync", "esp", "--esp-efficiency", "off"),
              "esp-noprobe": ("--sync", "esp", "--esp-probe", "off"),
-             "esp-novalue": ("--sync", "esp", "--esp-value", "off")}
+             "esp-novalue": ("--sync", "esp", "--esp-value", "off"),
+             # the value alone, no cost (LAG/Gaia-style): push once 2 typical steps' worth is unsent
+             "lag": ("--sync", "esp", "--esp-lag", "2")}
 #: what the ':ARG' of a model spec sets: ssp:3 (staleness), esp:inverse, psp:normalized
 MODEL_ARG = {"ssp": "--staleness", "esp": "--esp-scale", "psp": "--psp-aggregate"}
 TARGET_FACTOR = 1.03

@@ -79,6 +79,9 @@ class EspSchedule(Schedule):
 
     After a skip the worker sends a probe (``probe`` on) if none is in flight, so the next
     boundary decides on a fresh answer; before a push it takes the probe's answer first.
+
+    ``lag`` > 0 replaces rules 3-4 by a threshold on the value alone (the LAG/Gaia-style baseline):
+    push once ``worth >= lag``, whatever the push costs.
     """
 
     rho: float = 1.0
@@ -87,12 +90,13 @@ class EspSchedule(Schedule):
     value: bool = True
     efficiency: bool = True
     value_high: float = 4.0
+    lag: float = 0.0            # > 0: the value-only rule (LAG/Gaia-like baseline): push once worth >= lag
     name = "esp"
     forces_syncs = True
 
     @property
     def uses_probes(self) -> bool:  # type: ignore[override]
-        return self.probe and self.efficiency
+        return self.probe and self.efficiency and not self.lag
 
     @property
     def needs_norm(self) -> bool:  # type: ignore[override]
@@ -127,6 +131,8 @@ class EspSchedule(Schedule):
         if not self.efficiency:
             return Action.PUSH
         worth = self.worth(st)
+        if self.lag > 0:            # the baseline that weighs the value alone, never the cost
+            return Action.PUSH if worth >= self.lag else self._skip(st, "value")
         if self.value and st.update_norm > 0 and worth >= self.value_high:
             return Action.PUSH
         cost = self.cost(st)
@@ -148,4 +154,4 @@ def make(config, n_workers: int) -> tuple[ESP, EspSchedule]:
     return (ESP(config.staleness, config.esp_scale),
             EspSchedule(rho=config.esp_rho, max_skip=config.esp_max_skip, probe=config.esp_probe == "on",
                         value=config.esp_value == "on", efficiency=config.esp_efficiency == "on",
-                        value_high=config.esp_value_high))
+                        value_high=config.esp_value_high, lag=config.esp_lag))

@@ -33,7 +33,7 @@ MODELS: dict[str, SyncModel] = {m.name: m for m in (
               ("staleness",)),
     SyncModel("esp", "efficient synchronous: workers skip exchanges that are not worth it now", "esp",
               ("staleness", "esp_rho", "esp_max_skip", "esp_scale", "esp_probe", "esp_value", "esp_efficiency",
-               "esp_value_high")),
+               "esp_value_high", "esp_lag")),
     SyncModel("psp", "predicted synchronous: the server plans each worker's local steps per round", "psp",
               ("psp_k_max", "psp_aggregate", "psp_wait")),
 )}
