@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__version__ = "0.1.0"
+from ._version import __version__
 __all__ = ["__version__", "train", "TrainConfig", "make_config", "InputError", "TrainingError", "load_model"]
 
 from .config import TrainConfig, make_config

@@ -489,3 +489,13 @@ def make_config(values: "TrainConfig | dict[str, Any] | None" = None, **override
         return TrainConfig(**base, given=frozenset(given))
     except TypeError as exc:
         raise InputError(f"bad config value: {exc}") from None
+
+
+def make_policy(sync: str, staleness: float = 3, esp_scale: str = "none", n_workers: int = 1,
+                psp_k_max: int = 8, psp_aggregate: str = "sum") -> Any:
+    """The server-side policy of a sync model with these options (defaults as the CLI's)."""
+    from .sync.registry import get
+
+    options = make_config(sync=get(sync).name, staleness=staleness, esp_scale=esp_scale, psp_k_max=psp_k_max,
+                          psp_aggregate=psp_aggregate)
+    return get(sync).make(options, n_workers)[0]

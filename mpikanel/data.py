@@ -10,6 +10,7 @@ import os
 import zipfile
 import zlib
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -88,6 +89,16 @@ def _permuted(spec: DataSpec, shard: Shard) -> Shard:
 # ---------------------------------------------------------------------------
 # Public API
 # ---------------------------------------------------------------------------
+
+
+def data_spec(config: Any) -> DataSpec:
+    """The data source a config names."""
+    return DataSpec(source=config.data, data_dir=config.data_dir, test_source=config.test_data,
+                    test_fraction=config.test_fraction, seed=config.seed,
+                    synthetic_rows=config.synthetic_rows, synthetic_features=config.synthetic_features,
+                    synthetic_classes=config.n_classes_hint, n_features=config.n_features,
+                    sparse_nnz=config.sparse_nnz, sparse_alpha=config.sparse_alpha, sparse_values=config.sparse_values,
+                    permute_features=config.permute_features == "on")
 
 
 def describe(spec: DataSpec) -> DataInfo:

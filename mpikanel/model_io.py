@@ -31,7 +31,7 @@ def save_model(path: str | Path, params: np.ndarray, config: dict, n_features: i
     """Write the final parameters and what is needed to use them; atomic (temporary file, rename)."""
     import h5py
 
-    from . import __version__
+    from ._version import __version__
 
     if config.get("permute_features") == "on":     # trained on permuted columns: back to the data's order
         from .data import unpermute_linear
@@ -85,8 +85,7 @@ def export_checkpoint(checkpoint: str | Path, path: str | Path) -> Path:
     """Write a checkpoint's global parameters as a model file (the data is described again for its labels)."""
     from .checkpoint import load
     from .config import make_config
-    from .data import describe
-    from .train import data_spec
+    from .data import data_spec, describe
 
     ckpt = load(checkpoint, worker_arrays=False)
     config = make_config(ckpt.config)

@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from . import __version__
+from ._version import __version__
 
 
 def evaluate(s: Any, params: np.ndarray, initial: np.ndarray, losses: list[tuple[float, int, int]],

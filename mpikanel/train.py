@@ -29,7 +29,7 @@ _EARLY_SIGNALS = StopSignals(enabled=True) if __name__ == "__main__" else None
 
 from .comm import environment  # noqa: E402,F401  - sets MPICH defaults before mpi4py starts MPI
 from .config import TrainConfig, make_config, resumed_config
-from .data import DataInfo, DataSpec, Shard, describe, load_rows, load_test, shard_range
+from .data import DataInfo, Shard, data_spec, describe, load_rows, load_test, shard_range
 from . import checkpoint as ckpt_mod
 from .errors import InputError, NothingLeft
 from .budget import Budget, fair_steps, total_samples
@@ -80,16 +80,6 @@ def agree(comm, fn: Callable[[], T]) -> T:
     if errors:
         raise InputError(errors[0])
     return result  # type: ignore[return-value]
-
-
-def data_spec(config: TrainConfig) -> DataSpec:
-    """The data source a config names."""
-    return DataSpec(source=config.data, data_dir=config.data_dir, test_source=config.test_data,
-                    test_fraction=config.test_fraction, seed=config.seed,
-                    synthetic_rows=config.synthetic_rows, synthetic_features=config.synthetic_features,
-                    synthetic_classes=config.n_classes_hint, n_features=config.n_features,
-                    sparse_nnz=config.sparse_nnz, sparse_alpha=config.sparse_alpha, sparse_values=config.sparse_values,
-                    permute_features=config.permute_features == "on")
 
 
 def policy_for(config: TrainConfig, n_workers: int) -> SyncPolicy:

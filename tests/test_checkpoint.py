@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from mpikanel import checkpoint as ck
+from mpikanel.checkpoint.cli import main as inspect_main
 from mpikanel.errors import InputError
 
 
@@ -192,30 +193,30 @@ def test_inspect_lists_checkpoints_verified_and_says_what_resume_latest_loads(tm
     ck.save(tmp_path, make())
     newest = ck.save(tmp_path, make())
     flip_byte_in(newest / "server-0.h5")
-    assert ck.main(["inspect", str(tmp_path)]) == 0
+    assert inspect_main(["inspect", str(tmp_path)]) == 0
     out = capsys.readouterr().out.splitlines()
     assert out[0].startswith(f"{newest}: INVALID") and "server-0.h5: checksum mismatch" in out[0]
     assert "ckpt-000001: valid; seq 1, 2 workers, 1 server, --sync bsp, softmax (50 params)" in out[1]
     assert "3 files" in out[1]
     assert out[2].endswith("ckpt-000001")
-    assert ck.main(["inspect", str(tmp_path / "ckpt-000001")]) == 0     # one checkpoint: its parts too
+    assert inspect_main(["inspect", str(tmp_path / "ckpt-000001")]) == 0     # one checkpoint: its parts too
     out = capsys.readouterr().out.splitlines()
     assert out[1].startswith("  server-0.h5: server 0, ") and out[3].startswith("  worker-00001.h5: worker 1, ")
-    assert ck.main(["inspect", "--json", str(tmp_path / "ckpt-000001")]) == 0
+    assert inspect_main(["inspect", "--json", str(tmp_path / "ckpt-000001")]) == 0
     rows = json.loads(capsys.readouterr().out)["checkpoints"]
     assert len(rows) == 1 and rows[0]["valid"] and rows[0]["n_params"] == 50 and len(rows[0]["files"]) == 3
-    assert ck.main(["inspect", str(tmp_path / "nowhere")]) == 2
+    assert inspect_main(["inspect", str(tmp_path / "nowhere")]) == 2
     assert "no such checkpoint" in capsys.readouterr().err
 
 
 def test_inspect_of_one_checkpoint_names_what_its_directory_resumes(tmp_path, capsys):
     first = ck.save(tmp_path, make())
     newest = ck.save(tmp_path, make())
-    assert ck.main(["inspect", str(first)]) == 0
+    assert inspect_main(["inspect", str(first)]) == 0
     assert capsys.readouterr().out.splitlines()[-1] == (f"--resume latest --checkpoint-dir {tmp_path} would load: "
                                                        f"{newest}")
     flip_byte_in(newest / "server-0.h5")
-    assert ck.main(["inspect", "--json", str(newest)]) == 0
+    assert inspect_main(["inspect", "--json", str(newest)]) == 0
     assert json.loads(capsys.readouterr().out)["resume_latest"] == str(first)
 
 

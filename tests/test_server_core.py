@@ -4,7 +4,7 @@ import numpy as np
 from mpikanel.budget import Budget
 from mpikanel.comm.protocol import Flag
 from mpikanel.engine.server_core import Push, ServerCore
-from mpikanel.sync import make_policy
+from mpikanel.config import make_policy
 
 
 def core(sync: str, n: int = 2, total: int | None = 4000) -> ServerCore:

@@ -5,7 +5,7 @@ import pytest
 from mpikanel.budget import Budget
 from mpikanel.engine.server_core import Push, ServerCore
 from mpikanel.sparse import KeyLog, ReplyKeys, capacity, effective_mode, pack, unpack, use_sparse
-from mpikanel.sync import make_policy
+from mpikanel.config import make_policy
 
 
 def test_auto_goes_sparse_only_where_keys_and_values_are_smaller_than_the_range():

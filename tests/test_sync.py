@@ -5,7 +5,8 @@ import numpy as np
 import pytest
 
 from mpikanel.errors import InputError
-from mpikanel.sync import ASP, BSP, ESP, SSP, Book, make_policy
+from mpikanel.config import make_policy
+from mpikanel.sync import ASP, BSP, ESP, SSP, Book
 
 
 def simulate(policy, steps, seed, check=None):

@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from .. import __version__
+from .._version import __version__
 from ..config import TrainConfig
 from ..data import DataInfo, describe, load_rows, load_test, shard_range
 from ..errors import InputError, TrainingError

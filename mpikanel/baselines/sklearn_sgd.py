@@ -23,7 +23,7 @@ import numpy as np
 from ..config import TrainConfig, config_from_args
 from ..data import describe, load_rows, load_test
 from ..errors import InputError
-from ..train import data_spec
+from ..data import data_spec
 from .common import finish, make_summary
 
 MISSING_EXIT = 3

@@ -25,7 +25,7 @@ from mpikanel.comm.protocol import HEADER_INTS, META_FLOATS, Tag  # noqa: E402
 from mpikanel.comm.server import ParameterServer  # noqa: E402
 from mpikanel.comm.worker import WorkerClient  # noqa: E402
 from mpikanel.engine.server_core import ServerCore  # noqa: E402
-from mpikanel.sync import make_policy  # noqa: E402
+from mpikanel.config import make_policy  # noqa: E402
 
 DELTA = 1e-6   # every push adds this to every parameter: the final sum checks the run
 

@@ -27,14 +27,8 @@ from .write import (HOLD_ENV, HOLD_S, commit, hold_s, run_fields, save, write_pa
                     write_worker_part)
 
 
-def main(argv: list[str] | None = None) -> int:
-    """``python -m mpikanel.checkpoint`` (see :mod:`mpikanel.checkpoint.cli`)."""
-    from .cli import main as cli_main
-
-    return cli_main(argv)
-
 
 __all__ = ["FORMAT", "MANIFEST", "SCHEMA", "SPARSE_AT", "HOLD_ENV", "HOLD_S", "Checkpoint", "CheckpointControl",
            "check_compatible", "checkpoint_dir", "checkpoint_paths", "clean_temporaries", "commit", "hold_s",
-           "load", "load_latest", "main", "next_seq", "parse_every", "reshape", "run_fields", "save",
+           "load", "load_latest", "next_seq", "parse_every", "reshape", "run_fields", "save",
            "sha256_of", "worker_state", "write_part", "write_server_part", "write_worker_part"]

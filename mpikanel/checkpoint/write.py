@@ -127,7 +127,7 @@ def commit(directory: str | Path, seq: int, manifest: dict, parts: list[dict], k
 def run_fields(config: dict, ranks: int, key_ranges: list[tuple[int, int]], sync: str, model: str,
                elapsed_s: float, final: bool, reason: str) -> dict:
     """The manifest's description of the run a checkpoint belongs to."""
-    from .. import __version__
+    from .._version import __version__
 
     return {"mpikanel_version": __version__, "config": config, "ranks": ranks, "servers": len(key_ranges),
             "key_ranges": [[int(a), int(b)] for a, b in key_ranges], "n_params": int(key_ranges[-1][1]),

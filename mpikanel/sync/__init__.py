@@ -16,14 +16,5 @@ from .schedule import Action, Schedule, WorkerState
 from .ssp import SSP
 
 __all__ = ["ASP", "BSP", "ESP", "PSP", "SSP", "Action", "Book", "EspSchedule", "MODELS", "PspSchedule",
-           "SYNC_MODELS", "Schedule", "SyncModel", "SyncPolicy", "WorkerState", "get", "make_policy"]
+           "SYNC_MODELS", "Schedule", "SyncModel", "SyncPolicy", "WorkerState", "get"]
 
-
-def make_policy(sync: str, staleness: float = 3, esp_scale: str = "none", n_workers: int = 1,
-                psp_k_max: int = 8, psp_aggregate: str = "sum") -> SyncPolicy:
-    """The server-side policy of a sync model with these options (defaults as the CLI's)."""
-    from ..config import make_config
-
-    options = make_config(sync=get(sync).name, staleness=staleness, esp_scale=esp_scale, psp_k_max=psp_k_max,
-                          psp_aggregate=psp_aggregate)
-    return get(sync).make(options, n_workers)[0]
