@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import math
 import sys
 import tomllib
@@ -107,10 +106,6 @@ class TrainConfig:
         if math.isinf(d["staleness"]):
             d["staleness"] = "inf"
         return d
-
-    def to_json(self) -> str:
-        """JSON text of to_dict()."""
-        return json.dumps(self.to_dict(), sort_keys=True)
 
     @property
     def n_classes_hint(self) -> int:

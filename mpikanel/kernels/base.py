@@ -82,12 +82,6 @@ class CSR:
         np.cumsum(np.bincount(rows, minlength=X.shape[0]), out=indptr[1:])
         return cls(indptr, cols, X[rows, cols], X.shape)
 
-    @classmethod
-    def from_scipy(cls, M) -> "CSR":
-        """Wrap a scipy.sparse matrix (converted to CSR with sorted indices)."""
-        M = M.tocsr()
-        return cls(M.indptr, M.indices, M.data, M.shape)
-
     def to_scipy(self):
         """A scipy.sparse.csr_matrix sharing nothing (needs scipy)."""
         import scipy.sparse as sp

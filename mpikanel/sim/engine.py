@@ -81,9 +81,8 @@ class SimClient:
             self.delta[keys] = values
         return payload_nbytes(self._keys is not None, keys.size, self.delta.size)
 
-    def start(self, clock: int, steps: int, step_s: float, last: bool, has_delta: bool = True,
-              base_version: int = 0, rtt_s: float = 0.0, delay_s: float = 0.0, samples: int = 0,
-              background: bool = False) -> None:
+    def start(self, clock: int, steps: int, step_s: float, last: bool, base_version: int = 0,
+              rtt_s: float = 0.0, delay_s: float = 0.0, samples: int = 0, background: bool = False) -> None:
         """Send the push: it reaches the server after the link's time (and any injected delay)."""
         if self.pending:
             raise RuntimeError("exchange already in flight")
@@ -91,7 +90,7 @@ class SimClient:
         keys = self._keys
         delta = self.delta if keys is None else self._values
         push = Push(self.w, clock, steps, samples, base_version, step_s, last=last,
-                    delta=delta if has_delta else None, keys=keys)
+                    delta=delta, keys=keys)
         nbytes = FRAME_OVERHEAD + payload_nbytes(keys is not None, 0 if keys is None else keys.size, self.delta.size)
         self.sim.at(self.sim.now + delay_s + self.sim.network.transfer_s(nbytes), self.sim.push_arrives, push, nbytes)
 

@@ -57,11 +57,6 @@ class Book:
         return int(self.clock[self.active].min()) if self.active.any() else 0
 
     @property
-    def n_waiting(self) -> int:
-        """Number of pushes waiting for an answer."""
-        return int(self.waiting.sum())
-
-    @property
     def finished(self) -> bool:
         """True once every worker has left."""
         return not self.active.any()
