@@ -1,7 +1,7 @@
 """Frame layout: exact integer headers next to float64 payloads in one buffer."""
 import numpy as np
 
-from mpikanel.comm.protocol import HEADER_INTS, META_FLOATS, Flag, Frame, H, M, Tag, frame_nbytes
+from mpikanel.engine.messages import HEADER_INTS, META_FLOATS, Flag, Frame, H, M, Tag, frame_nbytes
 
 
 def test_frame_views_share_one_buffer():

@@ -2,7 +2,7 @@
 import numpy as np
 
 from mpikanel.budget import Budget
-from mpikanel.comm.protocol import Flag
+from mpikanel.engine.messages import Flag
 from mpikanel.engine.server_core import Push, ServerCore
 from mpikanel.config import make_policy
 

@@ -2,7 +2,7 @@
 import numpy as np
 import pytest
 
-from mpikanel.comm.protocol import Op, bits_scale, scale_bits
+from mpikanel.engine.messages import Op, bits_scale, scale_bits
 from mpikanel.engine.follower_core import FollowerCore
 from mpikanel.errors import InputError
 from mpikanel.servermap import ServerMap

@@ -7,7 +7,7 @@ import h5py
 import pytest
 
 from launch import checkpoints, run_train
-from mpikanel.comm.protocol import PAYLOAD_OFFSET
+from mpikanel.engine.messages import PAYLOAD_OFFSET
 from test_checkpoint_e2e import LONG, finish, start, wait_for
 from test_train_e2e import assert_no_lost_work, kill_rank, rank_pids
 

@@ -21,7 +21,7 @@ import mpikanel.comm  # noqa: F401  - sets MPIR_CVAR_ENABLE_HEAVY_YIELD before M
 from mpi4py import MPI  # noqa: E402
 
 import mpikanel  # noqa: E402
-from mpikanel.comm.protocol import HEADER_INTS, META_FLOATS, Tag  # noqa: E402
+from mpikanel.engine.messages import HEADER_INTS, META_FLOATS, Tag  # noqa: E402
 from mpikanel.comm.server import ParameterServer  # noqa: E402
 from mpikanel.comm.worker import WorkerClient  # noqa: E402
 from mpikanel.engine.server_core import ServerCore  # noqa: E402

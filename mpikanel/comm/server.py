@@ -29,12 +29,12 @@ import time
 import numpy as np
 from mpi4py import MPI
 
-from ..engine.server_core import Answer, Push, ServerCore, ServerStats
+from ..engine.server_core import Push, ServerCore, ServerStats
 from ..hetero import ServerDelay, sleep_for
 from ..servermap import ServerMap
 from ..sparse import capacity
 from ..summary import peak_rss_mb
-from .protocol import OP_INTS, Flag, Frame, H, M, Op, Tag, control_ints
+from ..engine.messages import OP_INTS, Answer, Flag, Frame, H, M, Op, Tag, control_ints, write_answer
 
 __all__ = ["ParameterServer", "ReplySnapshots", "ServerStats"]
 
@@ -419,10 +419,5 @@ class ParameterServer:
                     delta=values if frame.has(Flag.HAS_DELTA) else None, keys=keys)
 
     def _reply(self, a: Answer) -> None:
-        out = self._traffic.header(a.w)
-        h = out.header
-        h[H.CLOCK], h[H.VERSION], h[H.PLAN], h[H.BUSY] = a.clock, a.version, a.plan, a.busy
-        h[H.LEASE], h[H.FLAGS], h[H.SEQ], h[H.COUNTED] = a.lease, a.flags, a.seq, a.counted
-        out.meta[M.HELD_S] = a.held_s
-        out.meta[M.UPDATE_NORM] = a.update_norm
+        write_answer(self._traffic.header(a.w), a)
         self._traffic.reply(a.w, a.version, self.core.params[self.core.keys], a.keys)

@@ -10,7 +10,7 @@ from mpi4py import MPI
 from ..engine.worker_core import ProbeAnswer, Reply
 from ..servermap import ServerMap
 from ..sparse import capacity, pack, payload_nbytes, use_sparse
-from .protocol import PAYLOAD_OFFSET, Flag, Frame, H, M, Tag
+from ..engine.messages import PAYLOAD_OFFSET, Flag, Frame, H, M, Tag, read_answer
 
 SERVER = 0      # decides for all servers: replies' headers, probes and resumable states go to it
 
@@ -386,14 +386,9 @@ class WorkerClient:
         delayed = f.delayed_s if blocked_s > 0 else 0.0
         f.delayed_s = 0.0
         f.close()
-        h, meta = self.inp.header, self.inp.meta
         keys, params, nbytes = self.inp.unpack()
-        return Reply(params, int(h[H.VERSION]), int(h[H.PLAN]), int(h[H.BUSY]),
-                     float(meta[M.HELD_S]), landed - f.t_sent, blocked_s, delayed,
-                     landed_ago_s=time.perf_counter() - landed, update_norm=float(meta[M.UPDATE_NORM]),
-                     lease=int(h[H.LEASE]), finish=self.inp.has(Flag.FINISH), last=self._last,
-                     checkpoint=int(h[H.SEQ]) if self.inp.has(Flag.CHECKPOINT) else 0, stop=self.inp.has(Flag.STOP),
-                     critical=self.inp.has(Flag.CRITICAL), keys=keys, nbytes=nbytes, counted=int(h[H.COUNTED]))
+        return Reply.of(read_answer(self.inp.header, self.inp.meta), params, keys, nbytes, self._last,
+                        landed - f.t_sent, blocked_s, delayed, time.perf_counter() - landed)
 
     # --- probes ---------------------------------------------------------------------------------
 

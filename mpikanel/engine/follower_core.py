@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..comm.protocol import Op, bits_scale
+from .messages import Op, bits_scale
 from ..sparse import ReplyKeys
 
 

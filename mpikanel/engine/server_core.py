@@ -13,7 +13,7 @@ from typing import Any, Callable
 import numpy as np
 
 from ..budget import Budget
-from ..comm.protocol import Flag, Op, scale_bits
+from .messages import Answer, Flag, Op, scale_bits
 from ..metrics import SnapshotRecorder
 from ..sparse import ReplyKeys
 from ..sync import Book, SyncPolicy
@@ -34,24 +34,6 @@ class Push:
     stop_request: bool = False  # the worker was signalled: checkpoint and stop the run
     delta: np.ndarray | None = None   # valid until the push is answered: the range, or values at keys
     keys: np.ndarray | None = None    # a sparse push: the keys (of this server's range) delta holds
-
-
-@dataclass
-class Answer:
-    """A reply the transport must send now: header fields; the payload is ``core.params``."""
-
-    w: int
-    clock: int
-    version: int
-    plan: int
-    busy: int
-    lease: int
-    flags: int
-    held_s: float
-    update_norm: float = 0.0
-    keys: np.ndarray | None = None   # a sparse reply: the keys of the range changed since the worker's last
-    seq: int = 0                     # with CHECKPOINT: the checkpoint the worker's part belongs to
-    counted: int = 0                 # samples counted against the budget so far (a schedule's progress)
 
 
 @dataclass

@@ -26,7 +26,7 @@ from typing import Any, Generator, Protocol
 import numpy as np
 
 from ..budget import UNLIMITED
-from ..comm.protocol import PAYLOAD_OFFSET
+from .messages import PAYLOAD_OFFSET, Answer, Flag
 from ..errors import TrainingError
 from ..hetero import Injector
 from ..kernels import BoundModel
@@ -72,6 +72,15 @@ class Reply:
     keys: np.ndarray | None = None  # a sparse reply: the keys params holds (the rest did not change)
     nbytes: int = 0           # bytes received
     counted: int = 0          # samples the server had counted against the budget when it answered
+
+    @classmethod
+    def of(cls, a: Answer, params: np.ndarray, keys: np.ndarray | None, nbytes: int, last: bool, rtt_s: float,
+           blocked_s: float = 0.0, delayed_s: float = 0.0, landed_ago_s: float = 0.0) -> "Reply":
+        """The reply a worker takes from the server's answer (the one decoder of its flags, MPI and simulator)."""
+        return cls(params, a.version, a.plan, a.busy, a.held_s, rtt_s, blocked_s, delayed_s, landed_ago_s,
+                   a.update_norm, a.lease, bool(a.flags & Flag.FINISH), last,
+                   a.seq if a.flags & Flag.CHECKPOINT else 0, bool(a.flags & Flag.STOP),
+                   bool(a.flags & Flag.CRITICAL), keys, nbytes, a.counted)
 
 
 @dataclass

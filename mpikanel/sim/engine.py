@@ -19,8 +19,9 @@ from typing import Any, Callable
 
 import numpy as np
 
-from ..comm.protocol import PAYLOAD_OFFSET
-from ..engine.server_core import Answer, ProbeReply, Push, ServerCore
+from ..engine.messages import PAYLOAD_OFFSET
+from ..engine.messages import Answer
+from ..engine.server_core import ProbeReply, Push, ServerCore
 from ..engine.worker_core import PROBE_WAIT, WAIT, ProbeAnswer, Reply
 from ..hetero import Injector, ServerDelay
 from ..sparse import payload_nbytes, use_sparse
@@ -126,14 +127,8 @@ class SimClient:
 
     def arrive(self, a: Answer, params: np.ndarray, nbytes: int) -> Reply:
         """Build the Reply of an answer arriving now (params: the values at a.keys, if sparse)."""
-        from ..comm.protocol import Flag
-
         self._landed = self.sim.now
-        return Reply(params, a.version, a.plan, a.busy, a.held_s, self.sim.now - self._t_sent, 0.0, 0.0,
-                     update_norm=a.update_norm,
-                     lease=a.lease, finish=bool(a.flags & Flag.FINISH), last=self._last,
-                     checkpoint=0, stop=False, critical=bool(a.flags & Flag.CRITICAL),
-                     keys=a.keys, nbytes=nbytes, counted=a.counted)
+        return Reply.of(a, params, a.keys, nbytes, self._last, self.sim.now - self._t_sent)
 
 
 class Simulator:

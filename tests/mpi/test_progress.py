@@ -18,7 +18,7 @@ def _echo_server(comm, n_params: int, exchanges: int) -> None:
     """Rank 0: answer each push at once with the payload + 1 (a dense reply: header, then range)."""
     from mpi4py import MPI
 
-    from mpikanel.comm.protocol import PAYLOAD_OFFSET, Frame, Tag
+    from mpikanel.engine.messages import PAYLOAD_OFFSET, Frame, Tag
     frame = Frame.allocate(n_params)
     for _ in range(exchanges):
         comm.Recv([frame.buf, MPI.BYTE], source=1, tag=Tag.PUSH)

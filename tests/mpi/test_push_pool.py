@@ -18,7 +18,7 @@ def _landed(pool):
 def test_pool_stays_small_while_pushes_are_used_up_and_grows_to_the_held_ones():
     from mpi4py import MPI
 
-    from mpikanel.comm.protocol import Frame, Tag
+    from mpikanel.engine.messages import Frame, Tag
     from mpikanel.comm.server import PushPool
     comm = MPI.COMM_WORLD
     rank, nw = comm.Get_rank(), comm.Get_size() - 1

@@ -148,3 +148,39 @@ class Frame:
         if self.has(Flag.SPARSE):
             return unpack(self.payload, int(self.header[H.NNZ]))
         return None, self.payload[:n]
+
+
+@dataclass
+class Answer:
+    """A reply as the server core decides it: the header fields (the payload is the server's parameters,
+    at ``keys`` when sparse). The same object on both sides: :func:`write_answer` puts it in a reply
+    frame, :func:`read_answer` takes it out."""
+
+    w: int
+    clock: int
+    version: int
+    plan: int
+    busy: int
+    lease: int
+    flags: int
+    held_s: float
+    update_norm: float = 0.0
+    keys: np.ndarray | None = None   # a sparse reply: the keys of the range changed since the worker's last
+    seq: int = 0                     # with CHECKPOINT: the checkpoint the worker's part belongs to
+    counted: int = 0                 # samples counted against the budget so far (a schedule's progress)
+
+
+def write_answer(frame: Frame, a: Answer) -> None:
+    """Fill a reply frame's header and meta from an answer (the payload travels apart)."""
+    h = frame.header
+    h[H.CLOCK], h[H.VERSION], h[H.PLAN], h[H.BUSY] = a.clock, a.version, a.plan, a.busy
+    h[H.LEASE], h[H.FLAGS], h[H.SEQ], h[H.COUNTED] = a.lease, a.flags, a.seq, a.counted
+    frame.meta[M.HELD_S] = a.held_s
+    frame.meta[M.UPDATE_NORM] = a.update_norm
+
+
+def read_answer(header: np.ndarray, meta: np.ndarray, w: int = 0) -> Answer:
+    """The answer a reply frame's header and meta carry (its keys, if sparse, come with the payload)."""
+    return Answer(w, int(header[H.CLOCK]), int(header[H.VERSION]), int(header[H.PLAN]), int(header[H.BUSY]),
+                  int(header[H.LEASE]), int(header[H.FLAGS]), float(meta[M.HELD_S]), float(meta[M.UPDATE_NORM]),
+                  None, int(header[H.SEQ]), int(header[H.COUNTED]))
