@@ -12,7 +12,7 @@ from typing import Any
 
 from .errors import InputError
 from .lr_schedule import SCHEDULES as LR_SCHEDULES, check_schedule
-from .sparse import PUSH_MODES
+from .engine.sparse import PUSH_MODES
 from .sync.esp import SCALES as ESP_SCALES
 from .sync.psp import AGGREGATES as PSP_AGGREGATES, ESTIMATORS as PSP_ESTIMATORS, OBJECTIVES as PSP_OBJECTIVES
 from .sync.psp import WAITS as PSP_WAITS

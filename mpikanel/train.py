@@ -32,7 +32,7 @@ from .config import TrainConfig, make_config, resumed_config
 from .data import DataInfo, Shard, data_spec, describe, load_rows, load_test, shard_range
 from . import checkpoint as ckpt_mod
 from .errors import InputError, NothingLeft
-from .budget import Budget, fair_steps, total_samples
+from .engine.budget import Budget, fair_steps, total_samples
 from .evaluate import curve_of
 from .model_io import save_model
 from .preflight import check_fits, machine_memory
@@ -40,8 +40,8 @@ from .engine.server_core import ServerCore
 from .hetero import HeteroSpec, Injector, ServerDelay, describe_hetero, parse_hetero
 from .kernels import CSR, BoundModel, Model, bind, cache_is_cold, get_model, set_threads, warmup
 from .metrics import SnapshotRecorder, evaluate_curve, write_metrics
-from .servermap import ServerMap
-from .sparse import effective_mode
+from .engine.servermap import ServerMap
+from .engine.sparse import effective_mode
 from .summary import add_curve, evaluate, format_summary
 from . import sync as sync_models
 from .sync import Schedule, SyncPolicy
@@ -67,7 +67,7 @@ class Setup:
     val: BoundModel | None = None   # the server's validation rows (--val-fraction)
     train_rows: int = 0        # training rows the workers share (validation rows excluded)
     servers: ServerMap | None = None   # which server rank owns which parameters
-    push_mode: str = "dense"           # the frames pushes and replies use (mpikanel.sparse.effective_mode)
+    push_mode: str = "dense"           # the frames pushes and replies use (mpikanel.engine.sparse.effective_mode)
 
 
 def agree(comm, fn: Callable[[], T]) -> T:

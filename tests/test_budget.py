@@ -4,7 +4,7 @@ import heapq
 import numpy as np
 import pytest
 
-from mpikanel.budget import UNLIMITED, Budget, total_samples
+from mpikanel.engine.budget import UNLIMITED, Budget, total_samples
 
 
 def simulate(step_s: list[float], total: int = 180_000, batch: int = 64, push_every: int = 1,

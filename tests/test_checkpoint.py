@@ -238,7 +238,7 @@ def test_reshape_folds_every_workers_unsent_work_and_samples_into_the_start():
     import numpy as np
 
     from mpikanel import checkpoint as ck
-    from mpikanel.budget import Budget
+    from mpikanel.engine.budget import Budget
 
     workers = [{"state": {"schedule": {"unsent_samples": 64 * (i + 1)}}, "unsent": np.full(3, float(i + 1)),
                 "produced": np.zeros(3), "order": np.arange(4)} for i in range(3)]

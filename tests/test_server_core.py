@@ -1,7 +1,7 @@
 """The server core alone: pushes in, answers out, no transport."""
 import numpy as np
 
-from mpikanel.budget import Budget
+from mpikanel.engine.budget import Budget
 from mpikanel.engine.messages import Flag
 from mpikanel.engine.server_core import Push, ServerCore
 from mpikanel.config import make_policy

@@ -5,7 +5,7 @@ import pytest
 from mpikanel.engine.messages import Op, bits_scale, scale_bits
 from mpikanel.engine.follower_core import FollowerCore
 from mpikanel.errors import InputError
-from mpikanel.servermap import ServerMap
+from mpikanel.engine.servermap import ServerMap
 
 
 @pytest.mark.parametrize("n,k", [(10, 1), (10, 3), (7, 7), (1010, 4), (5, 2)])

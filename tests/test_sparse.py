@@ -2,9 +2,9 @@
 import numpy as np
 import pytest
 
-from mpikanel.budget import Budget
+from mpikanel.engine.budget import Budget
 from mpikanel.engine.server_core import Push, ServerCore
-from mpikanel.sparse import KeyLog, ReplyKeys, capacity, effective_mode, pack, unpack, use_sparse
+from mpikanel.engine.sparse import KeyLog, ReplyKeys, capacity, effective_mode, pack, unpack, use_sparse
 from mpikanel.config import make_policy
 
 

@@ -30,7 +30,7 @@ from ..kernels import CSR, BoundModel, bind, get_model
 from ..evaluate import curve_of
 from ..metrics import SnapshotRecorder, write_metrics
 from ..summary import add_curve
-from ..budget import total_samples
+from ..engine.budget import total_samples
 from ..train import agree, data_spec, hetero_spec, val_rows, warm_ranks
 from ..worker_loop import BatchCursor, StepPlan
 

@@ -10,7 +10,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from ..sparse import PUSH_MODES
+from ..engine.sparse import PUSH_MODES
 from .launch import find_mpiexec, have_mpiexec, rank_env, write_results
 from .launch import results_dir  # noqa: F401  - re-exported: this bench writes a result set
 

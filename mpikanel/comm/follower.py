@@ -15,7 +15,7 @@ from mpi4py import MPI
 
 from ..engine.follower_core import FollowerCore
 from ..hetero import ServerDelay, sleep_for
-from ..servermap import ServerMap
+from ..engine.servermap import ServerMap
 from ..engine.messages import H, Op, Tag, control_ints
 from .server import Traffic, server_report
 

@@ -31,8 +31,8 @@ from mpi4py import MPI
 
 from ..engine.server_core import Push, ServerCore, ServerStats
 from ..hetero import ServerDelay, sleep_for
-from ..servermap import ServerMap
-from ..sparse import capacity
+from ..engine.servermap import ServerMap
+from ..engine.sparse import capacity
 from ..summary import peak_rss_mb
 from ..engine.messages import OP_INTS, Answer, Flag, Frame, H, M, Op, Tag, control_ints, write_answer
 
@@ -235,7 +235,7 @@ class ParameterServer:
 
     def __init__(self, comm: MPI.Comm, core: ServerCore, service: ServerDelay | None = None,
                  probes: bool = False, servers: ServerMap | None = None) -> None:
-        """Frames are sized for ``core.push_mode`` (mpikanel.sparse)."""
+        """Frames are sized for ``core.push_mode`` (mpikanel.engine.sparse)."""
         self.comm = comm
         self.core = core
         self.service = service

@@ -8,8 +8,8 @@ import numpy as np
 from mpi4py import MPI
 
 from ..engine.worker_core import ProbeAnswer, Reply
-from ..servermap import ServerMap
-from ..sparse import capacity, pack, payload_nbytes, use_sparse
+from ..engine.servermap import ServerMap
+from ..engine.sparse import capacity, pack, payload_nbytes, use_sparse
 from ..engine.messages import PAYLOAD_OFFSET, Flag, Frame, H, M, Tag, read_answer
 
 SERVER = 0      # decides for all servers: replies' headers, probes and resumable states go to it
@@ -69,7 +69,7 @@ class SlicedFrame:
 
 
 class PackedFrames:
-    """A frame per server holding its range of a push or reply, dense or SPARSE (mpikanel.sparse),
+    """A frame per server holding its range of a push or reply, dense or SPARSE (mpikanel.engine.sparse),
     copied to and from one full vector (``payload``) by :meth:`pack` and :meth:`unpack`."""
 
     def __init__(self, n_params: int, smap: ServerMap, mode: str) -> None:

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .messages import Op, bits_scale
-from ..sparse import ReplyKeys
+from .sparse import ReplyKeys
 
 
 @dataclass

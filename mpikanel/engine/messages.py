@@ -8,7 +8,7 @@ Integer fields live in their own int64 section so clocks and counts stay exact
 (a float32 frame is exact only to 2**24). Buffers are preallocated and reused; numpy
 views give typed access without copies. A frame with the SPARSE flag carries
 ``int64 keys x NNZ | float64 values x NNZ`` as its payload instead of the whole range
-(mpikanel.sparse), and is sent only as long as it is. A reply under dense frames goes
+(mpikanel.engine.sparse), and is sent only as long as it is. A reply under dense frames goes
 as two messages: its header and meta (REPLY), then the payload alone (REPLY_DATA).
 """
 from __future__ import annotations
@@ -18,7 +18,7 @@ from enum import IntEnum
 
 import numpy as np
 
-from ..sparse import payload_nbytes, unpack
+from .sparse import payload_nbytes, unpack
 
 
 class Tag(IntEnum):
@@ -49,7 +49,7 @@ class H(IntEnum):
                    # probe answer: pushes arrived and not yet handled when the probe was answered
     SAMPLES = 6    # push: training samples folded into this delta (counted against the budget)
     LEASE = 7      # reply: samples the worker may process beyond the push this reply answers
-    NNZ = 8        # push, reply with the SPARSE flag: keys in the payload (mpikanel.sparse layout)
+    NNZ = 8        # push, reply with the SPARSE flag: keys in the payload (mpikanel.engine.sparse layout)
     SEQ = 9        # reply with CHECKPOINT: the number of the checkpoint to write this worker's part into
     COUNTED = 10   # reply: samples the server has counted against the budget (a rate schedule's progress)
 

@@ -12,10 +12,10 @@ from typing import Any, Callable
 
 import numpy as np
 
-from ..budget import Budget
+from .budget import Budget
 from .messages import Answer, Flag, Op, scale_bits
 from ..metrics import SnapshotRecorder
-from ..sparse import ReplyKeys
+from .sparse import ReplyKeys
 from ..sync import Book, SyncPolicy
 from ..sync.damping import StalenessDamping
 
@@ -107,7 +107,7 @@ class ServerCore:
         self.params = params
         self.damping = StalenessDamping(damping)    # --staleness-lr: the rate of a stale delta
         self._released_at = 0                       # the version a release (BSP, PSP) started applying at
-        self.push_mode = push_mode                 # mpikanel.sparse: replies carry changed keys unless dense
+        self.push_mode = push_mode                 # mpikanel.engine.sparse: replies carry changed keys unless dense
         self.replies: ReplyKeys | None = None      # (set at start) what each reply carries
         self.keys = slice(None)                    # the range this server applies to (lead)
         self.gather: Callable[[bool], None] | None = None

@@ -25,7 +25,7 @@ from typing import Any, Generator, Protocol
 
 import numpy as np
 
-from ..budget import UNLIMITED
+from .budget import UNLIMITED
 from .messages import PAYLOAD_OFFSET, Answer, Flag
 from ..errors import TrainingError
 from ..hetero import Injector

@@ -24,7 +24,7 @@ from ..engine.messages import Answer
 from ..engine.server_core import ProbeReply, Push, ServerCore
 from ..engine.worker_core import PROBE_WAIT, WAIT, ProbeAnswer, Reply
 from ..hetero import Injector, ServerDelay
-from ..sparse import payload_nbytes, use_sparse
+from ..engine.sparse import payload_nbytes, use_sparse
 from .models import NetworkModel, ServerModel
 
 FRAME_OVERHEAD = PAYLOAD_OFFSET      # header + meta bytes of a frame (comm.protocol: no mpi4py there)

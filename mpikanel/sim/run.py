@@ -13,10 +13,10 @@ import numpy as np
 from ..config import TrainConfig
 from ..data import load_rows, load_test, shard_range
 from ..engine.server_core import ServerCore
-from ..servermap import ServerMap
-from ..sparse import effective_mode
+from ..engine.servermap import ServerMap
+from ..engine.sparse import effective_mode
 from ..engine.worker_core import StepPlan, worker_core
-from ..budget import fair_steps
+from ..engine.budget import fair_steps
 from ..errors import InputError
 from ..hetero import Injector, ServerDelay
 from ..kernels import bind, get_model, set_threads, warmup
