@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .apply import apply_delta
 from .messages import Op, bits_scale
 from .sparse import ReplyKeys
 
@@ -71,18 +72,9 @@ class FollowerCore:
     def apply(self, delta: np.ndarray, scale: float, keys: np.ndarray | None = None) -> None:
         """Add one delta, the range or values at ``keys`` (scaled as server 0 scaled it; the rest
         is kept as unapplied), in the same operations as server 0 so the sums match bitwise."""
-        if scale != 1.0:
-            if self.unapplied is None:
-                self.unapplied = np.zeros_like(self.params)
-            if keys is None:
-                self.unapplied += (1.0 - scale) * delta
-            else:
-                self.unapplied[keys] += (1.0 - scale) * delta
-            delta = delta * scale
-        if keys is None:
-            self.params += delta
-        else:
-            self.params[keys] += delta
+        if scale != 1.0 and self.unapplied is None:
+            self.unapplied = np.zeros_like(self.params)
+        apply_delta(self.params, delta, scale, keys, self.unapplied)
         self.version += 1
         self.deltas_applied += 1
         self.replies.applied(self.version, keys)

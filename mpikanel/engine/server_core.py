@@ -13,6 +13,7 @@ from typing import Any, Callable
 import numpy as np
 
 from .budget import Budget
+from .apply import apply_delta
 from .messages import Answer, Flag, Op, scale_bits
 from ..metrics import SnapshotRecorder
 from .sparse import ReplyKeys
@@ -195,20 +196,10 @@ class ServerCore:
         # deltas released together are one synchronous update: damping measures staleness from the release
         now = self.book.version if self.policy.apply_on_arrival else self._released_at
         scale = self.policy.delta_scale(self.book, w) * self.damping.scale(now, int(self.book.base_version[w]))
-        if scale != 1.0:
-            if st.unapplied is None:
-                st.unapplied = np.zeros_like(self.params)
-            scaled = st.unapplied[self.keys]
-            if keys is None:
-                scaled += (1.0 - scale) * delta
-            else:
-                scaled[keys] += (1.0 - scale) * delta
-            delta = delta * scale
-        own = self.params[self.keys]
-        if keys is None:
-            own += delta
-        else:
-            own[keys] += delta
+        if scale != 1.0 and st.unapplied is None:
+            st.unapplied = np.zeros_like(self.params)
+        delta = apply_delta(self.params[self.keys], delta, scale, keys,
+                            None if st.unapplied is None else st.unapplied[self.keys])
         if self.ops is not None:
             self.ops.append((Op.APPLY, w, scale_bits(scale)))
         st.deltas_applied += 1
