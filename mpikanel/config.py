@@ -394,7 +394,8 @@ def _choices() -> dict[str, tuple[str, ...]]:
 
 def build_parser(prog: str = "python -m mpikanel.train", print_errors: bool = True) -> argparse.ArgumentParser:
     """The CLI parser, flags grouped as GROUPS; every option defaults to 'not given' so TOML values can fill in."""
-    p = _Parser(prog=prog, usage="mpiexec -n N %(prog)s [--config TOML] [options, grouped below]",
+    launched = "mpiexec -n N " if prog.endswith("mpikanel.train") else ""
+    p = _Parser(prog=prog, usage=launched + "%(prog)s [--config TOML] [options, grouped below]",
                 description="Distributed SGD on an MPI parameter server: ranks 0..K-1 serve, the others train.",
                 argument_default=argparse.SUPPRESS)
     p.print_errors = print_errors
