@@ -59,6 +59,8 @@ def checkpoints(directory: Path) -> list[Path]:
 #: worker times PACE_S, whatever the CPU's speed, its load or the sync model
 PACE_S = 0.002
 PACE = ["--pause-prob", "1", "--pause-s", str(PACE_S)]
+#: a resume keeps the checkpointed run's settings, pacing included: this turns it off
+UNPACED = ["--pause-prob", "0"]
 
 
 def paced_training_left_s(directory: Path, samples: int, workers: int, batch_size: int = 64) -> float:

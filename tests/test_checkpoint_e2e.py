@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from launch import PACE, checkpoints, clean_env, mpiexec, paced_training_left_s, run_train
+from launch import PACE, UNPACED, checkpoints, clean_env, mpiexec, paced_training_left_s, run_train
 from mpikanel.checkpoint import HOLD_ENV
 from test_train_e2e import _descendants, assert_no_lost_work, kill_rank, mpi_rank_of, rank_pids
 
@@ -116,7 +116,7 @@ def test_signal_checkpoints_exits_75_and_resume_latest_finishes(sig, tmp_path):
     assert_no_lost_work(stopped)
     if sig != signal.SIGUSR1:
         return                  # the stop is the same for every signal; one resume shows it continues
-    proc, resumed = run_train(4, *LONG, "--checkpoint-dir", str(ck), "--resume", "latest", tmp_path=tmp_path)
+    proc, resumed = run_train(4, *LONG, *UNPACED, "--checkpoint-dir", str(ck), "--resume", "latest", tmp_path=tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert resumed["resumed_from"] == stopped["checkpoint"] and not resumed["stopped"]
     assert_no_lost_work(resumed)
@@ -222,8 +222,8 @@ def test_async_models_resume_with_state_intact(sync, tmp_path):
     proc.send_signal(signal.SIGUSR1)
     rc, _, err = finish(proc)
     assert_stopped_by_the_signal(rc, err, json.loads(summary.read_text()))
-    proc, s = run_train(4, *LONG_PER_WORKER, "--sync", sync, "--checkpoint-dir", str(ck), "--resume", "latest",
-                        tmp_path=tmp_path)
+    proc, s = run_train(4, *LONG_PER_WORKER, *UNPACED, "--sync", sync, "--checkpoint-dir", str(ck),
+                        "--resume", "latest", tmp_path=tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert s["test_accuracy"] > 0.85                 # same band as an uninterrupted run (~0.88)
     assert_no_lost_work(s)
@@ -242,7 +242,7 @@ def test_sigkill_ends_job_and_latest_checkpoint_resumes(victim, tmp_path):
     rc = finish_after_kill(proc, f"[sigkill] {victim}")
     assert rc != 0
     assert_killed_mid_run(ck)
-    proc, s = run_train(4, *LONG[:2], "--epochs", str(int(LONG[3]) + 1), "--checkpoint-dir", str(ck),
+    proc, s = run_train(4, *LONG[:2], *UNPACED, "--epochs", str(int(LONG[3]) + 1), "--checkpoint-dir", str(ck),
                         "--resume", "latest",
                         tmp_path=tmp_path)
     assert proc.returncode == 0, proc.stderr
@@ -321,7 +321,7 @@ def test_resume_on_another_worker_count_loses_no_work(tmp_path):
     assert_stopped_by_the_signal(rc, err, json.loads(summary.read_text()))
     stop = checkpoints(ck)[-1]
     # 3 workers stopped; 2 carry on (a lost node): their unsent work is folded in, the budget exact
-    proc, s = run_train(3, *LONG, "--sync", "ssp", "--checkpoint-dir", str(ck), "--resume", "latest",
+    proc, s = run_train(3, *LONG, *UNPACED, "--sync", "ssp", "--checkpoint-dir", str(ck), "--resume", "latest",
                         tmp_path=tmp_path)
     assert proc.returncode == 0, proc.stderr
     # the stop checkpoint, written by 4 ranks, reshaped for 3; under --quiet (run_train) only the summary says so
