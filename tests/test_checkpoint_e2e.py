@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from launch import PACE, UNPACED, checkpoints, clean_env, mpiexec, paced_training_left_s, run_train
-from mpikanel.checkpoint import HOLD_ENV
+from mpikanel.checkpoint import HOLD_ENV, load
 from test_train_e2e import _descendants, assert_no_lost_work, kill_rank, mpi_rank_of, rank_pids
 
 RUN = ["--synthetic-rows", "20000", "--epochs", "2"]
@@ -229,6 +229,24 @@ def test_async_models_resume_with_state_intact(sync, tmp_path):
     assert_no_lost_work(s)
     total = int(LONG[3]) * -(-int(100000 * 0.9 / 3) // 64)
     assert [w["steps"] for w in s["per_worker"]] == [total] * 3   # no step lost or repeated
+
+
+def test_esp_resumes_a_checkpoint_some_workers_had_left(tmp_path):
+    # a stop signal near the end of a run checkpoints after some workers finished; the resumed
+    # server used to abort at its end, cancelling the probe receives it never posted for them
+    ck = tmp_path / "ck"
+    args = [*RUN, "--sync", "esp", "--budget", "per-worker", "--slowdown", "3:300"]   # worker 3 far behind
+    proc, _ = run_train(4, *args, "--checkpoint-dir", str(ck), "--checkpoint-every", "0.1", "--keep-checkpoints",
+                        "100", tmp_path=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    left = [p for p in checkpoints(ck) if [w["state"]["finished"] for w in load(p, worker_arrays=False).workers]
+            == [True, True, False]]
+    assert left, "no checkpoint with workers 1 and 2 finished and worker 3 not"
+    proc, s = run_train(4, *args, "--resume", str(left[0]), tmp_path=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert s["resumed_from"] == str(left[0])
+    assert_no_lost_work(s)
+    assert [w["steps"] for w in s["per_worker"]] == [int(RUN[3]) * -(-6000 // 64)] * 3
 
 
 @pytest.mark.parametrize("victim", ["worker", "server"])
