@@ -57,7 +57,7 @@ def checkpoints(directory: Path) -> list[Path]:
 
 #: `--pause-prob 1` sleeps PACE_S in every worker step: a run then trains for at least its steps per
 #: worker times PACE_S, whatever the CPU's speed, its load or the sync model
-PACE_S = 0.002
+PACE_S = 0.01
 PACE = ["--pause-prob", "1", "--pause-s", str(PACE_S)]
 #: a resume keeps the checkpointed run's settings, pacing included: this turns it off
 UNPACED = ["--pause-prob", "0"]

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from launch import PACE, UNPACED, checkpoints, clean_env, mpiexec, paced_training_left_s, run_train
+from launch import PACE, PACE_S, UNPACED, checkpoints, clean_env, mpiexec, paced_training_left_s, run_train
 from mpikanel.checkpoint import HOLD_ENV, load
 from test_train_e2e import _descendants, assert_no_lost_work, kill_rank, mpi_rank_of, rank_pids
 
@@ -17,7 +17,8 @@ RUN = ["--synthetic-rows", "20000", "--epochs", "2"]
 LONG = ["--synthetic-rows", "100000", "--epochs", "6", "--progress", "off"]   # 0.6 (ESP) to 2 s (BSP) of training
 LONG_PER_WORKER = [*LONG, "--budget", "per-worker"]
 LONG_SAMPLES = int(LONG[3]) * 90000
-# what the signal and kill tests interrupt: LONG at >= 2 ms a step, >= 5.6 s of training on 3 workers
+# what the signal and kill tests interrupt: LONG at >= 10 ms a step, >= 28 s of training on 3 workers (on a
+# loaded machine the first checkpoint can take 10 s to appear)
 PACED = [*LONG, *PACE]
 PACED_PER_WORKER = [*PACED, "--budget", "per-worker"]
 #: the least training a paced run must still have ahead when a test signals or kills it
@@ -152,13 +153,13 @@ def wait_mpi_started(proc, n, timeout=90) -> dict[int, int]:
 
 
 def test_ctrl_c_without_checkpoints_is_one_line_and_exit_130(tmp_path):
-    # 10 ms a step: >= 28 s of training, counted from the launch as no checkpoint dates its start
-    launched, pause_s = time.time(), 0.01
-    proc = start(4, *LONG, "--pause-prob", "1", "--pause-s", str(pause_s))
+    # >= 28 s of training (PACED), counted from the launch as no checkpoint dates its start
+    launched = time.time()
+    proc = start(4, *PACED)
     pids = wait_mpi_started(proc, 4)
     time.sleep(1.0)                 # set-up or training: both must end so
     assert proc.poll() is None, proc.stderr.read()
-    assert LONG_SAMPLES / (64 * 3) * pause_s - (time.time() - launched) >= MARGIN_S, "not mid-run"
+    assert LONG_SAMPLES / (64 * 3) * PACE_S - (time.time() - launched) >= MARGIN_S, "not mid-run"
     signal_ranks(proc, signal.SIGINT, pids)
     rc, _, err = finish(proc)
     assert rc == 130, err
