@@ -6,6 +6,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -52,3 +53,21 @@ def run_train(n: int, *args: str, tmp_path: Path | None = None, timeout: float =
 def checkpoints(directory: Path) -> list[Path]:
     """The complete checkpoints (``ckpt-NNNNNN/`` with a manifest) in a --checkpoint-dir, oldest first."""
     return sorted(p.parent for p in Path(directory).glob("ckpt-*/manifest.json"))
+
+
+#: `--pause-prob 1` sleeps PACE_S in every worker step: a run then trains for at least its steps per
+#: worker times PACE_S, whatever the CPU's speed, its load or the sync model
+PACE_S = 0.01
+PACE = ["--pause-prob", "1", "--pause-s", str(PACE_S)]
+#: a resume keeps the checkpointed run's settings, pacing included: this turns it off
+UNPACED = ["--pause-prob", "0"]
+
+
+def paced_training_left_s(directory: Path, samples: int, workers: int, batch_size: int = 64) -> float:
+    """A lower bound, as of now, on how much longer a PACE'd run of `samples` samples (its whole
+    budget) trains, from the newest checkpoint in its --checkpoint-dir: the server's training time
+    at that checkpoint plus the time since it was committed is the most training time so far, and
+    `workers` workers together take at most `workers` steps per PACE_S."""
+    manifest = json.loads((checkpoints(directory)[-1] / "manifest.json").read_text())
+    trained_s = float(manifest["elapsed_s"]) + time.time() - float(manifest["created"])
+    return samples / (batch_size * workers) * PACE_S - trained_s

@@ -9,13 +9,22 @@ from pathlib import Path
 
 import pytest
 
-from launch import checkpoints, clean_env, mpiexec, run_train
-from mpikanel.checkpoint import HOLD_ENV
+from launch import PACE, PACE_S, UNPACED, checkpoints, clean_env, mpiexec, paced_training_left_s, run_train
+from mpikanel.checkpoint import HOLD_ENV, load
 from test_train_e2e import _descendants, assert_no_lost_work, kill_rank, mpi_rank_of, rank_pids
 
 RUN = ["--synthetic-rows", "20000", "--epochs", "2"]
-LONG = ["--synthetic-rows", "100000", "--epochs", "6", "--progress", "off"]   # ~6 s of training
+LONG = ["--synthetic-rows", "100000", "--epochs", "6", "--progress", "off"]   # 0.6 (ESP) to 2 s (BSP) of training
 LONG_PER_WORKER = [*LONG, "--budget", "per-worker"]
+LONG_SAMPLES = int(LONG[3]) * 90000
+# what the signal and kill tests interrupt: LONG at >= 10 ms a step, >= 28 s of training on 3 workers (on a
+# loaded machine the first checkpoint can take 10 s to appear)
+PACED = [*LONG, *PACE]
+PACED_PER_WORKER = [*PACED, "--budget", "per-worker"]
+#: the least training a paced run must still have ahead when a test signals or kills it
+MARGIN_S = 3.0
+#: how soon the launcher must end the job once a rank is killed (README: about a second; 2 loaded cores)
+KILL_ENDS_JOB_S = 10.0
 
 
 def start(n, *args):
@@ -45,6 +54,38 @@ def finish(proc, timeout=90):
     return proc.returncode, out, err
 
 
+def mid_run(proc, ck: Path, checkpoints_written: int = 1, workers: int = 3) -> float:
+    """Once `checkpoints_written` checkpoints are in `ck`: the paced run's training time still left
+    (a lower bound), failing unless it is at least MARGIN_S, so what comes next lands mid-run."""
+    wait_for(ck, checkpoints_written, proc)
+    left = paced_training_left_s(ck, LONG_SAMPLES, workers)
+    if left < MARGIN_S:
+        os.killpg(proc.pid, signal.SIGKILL)
+        pytest.fail(f"only {left:.1f} s of training left after checkpoint {checkpoints_written}: not mid-run")
+    return left
+
+
+def assert_stopped_by_the_signal(rc: int, err: str, stopped: dict) -> None:
+    """The run ended because of the signal, not because its budget ran out."""
+    assert rc == 75, err
+    assert stopped["stopped"] and stopped["checkpoints_written"][-1]["reason"] == "stop"
+    assert stopped["samples"] < LONG_SAMPLES
+    assert Path(stopped["checkpoint"]).exists()
+
+
+def finish_after_kill(proc, label: str) -> int:
+    """The exit code of a job one of whose ranks was just killed; fails unless it ends within KILL_ENDS_JOB_S."""
+    t0 = time.time()
+    rc, _, _ = finish(proc, timeout=KILL_ENDS_JOB_S)     # the launcher tears the job down
+    sys.stderr.write(f"{label}: job ended {time.time() - t0:.2f} s after the kill\n")
+    return rc
+
+
+def assert_killed_mid_run(ck: Path) -> None:
+    """No checkpoint of the run's end: the kill landed while it trained."""
+    assert not [p for p in checkpoints(ck) if json.loads((p / "manifest.json").read_text())["final"]]
+
+
 def test_bsp_resume_from_any_checkpoint_is_bitwise_identical(tmp_path):
     ck = tmp_path / "ck"
     proc, full = run_train(4, *RUN, "--checkpoint-dir", str(ck), "--checkpoint-every", "150steps",
@@ -65,57 +106,61 @@ def test_bsp_resume_from_any_checkpoint_is_bitwise_identical(tmp_path):
 def test_signal_checkpoints_exits_75_and_resume_latest_finishes(sig, tmp_path):
     ck = tmp_path / "ck"
     summary = tmp_path / "stopped.json"
-    proc = start(4, *LONG, "--checkpoint-dir", str(ck), "--checkpoint-every", "0.5",
+    proc = start(4, *PACED, "--checkpoint-dir", str(ck), "--checkpoint-every", "0.5",
                  "--summary-json", str(summary))
-    wait_for(ck, 1, proc)
-    signal_ranks(proc, sig, 4)
+    pids = rank_pids(proc.pid, 4, timeout=60)
+    mid_run(proc, ck)
+    signal_ranks(proc, sig, pids)
     rc, out, err = finish(proc)
-    assert rc == 75, err
     stopped = json.loads(summary.read_text())
-    assert stopped["stopped"] and Path(stopped["checkpoint"]).exists()
+    assert_stopped_by_the_signal(rc, err, stopped)
     assert_no_lost_work(stopped)
     if sig != signal.SIGUSR1:
         return                  # the stop is the same for every signal; one resume shows it continues
-    proc, resumed = run_train(4, *LONG, "--checkpoint-dir", str(ck), "--resume", "latest", tmp_path=tmp_path)
+    proc, resumed = run_train(4, *LONG, *UNPACED, "--checkpoint-dir", str(ck), "--resume", "latest", tmp_path=tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert resumed["resumed_from"] == stopped["checkpoint"] and not resumed["stopped"]
     assert_no_lost_work(resumed)
     steps = [w["steps"] for w in resumed["per_worker"]]
     assert max(steps) - min(steps) <= 1      # BSP: lockstep, the budget's last partial step on some workers only
     # the shared budget went through the stop and the resume: no sample lost or repeated
-    assert resumed["samples"] == resumed["samples_budget"] == int(LONG[3]) * 90000
+    assert resumed["samples"] == resumed["samples_budget"] == LONG_SAMPLES
 
 
-def signal_ranks(proc, sig, n):
+def signal_ranks(proc, sig, pids: dict[int, int]):
     """Deliver `sig` as a launcher that forwards it does. Hydra forwards SIGTERM/SIGUSR1 from
     mpiexec; Intel MPI's mpiexec fails to forward SIGINT here ("can't write to socket from
-    signal_cb"; each rank is in its own process group), so SIGINT goes to every rank directly, as
-    srun and Open MPI's launcher deliver it."""
+    signal_cb"; each rank is in its own process group), so SIGINT goes to every rank directly
+    (`pids`: rank_pids), as srun and Open MPI's launcher deliver it."""
     if sig != signal.SIGINT:
         proc.send_signal(sig)
         return
-    for pid in rank_pids(proc.pid, n, timeout=60).values():
+    for rank, pid in pids.items():
+        assert mpi_rank_of(pid) == rank, f"rank {rank} (pid {pid}) has already ended"
         os.kill(pid, sig)
 
 
-def wait_mpi_started(proc, n, timeout=90):
-    """Until every rank has MPI loaded (past Python's start-up, with mpikanel's handlers installed)."""
+def wait_mpi_started(proc, n, timeout=90) -> dict[int, int]:
+    """Until every rank has MPI loaded (past Python's start-up, with mpikanel's handlers installed); their pids."""
     deadline = time.time() + timeout
     while time.time() < deadline:
-        pids = rank_pids(proc.pid, n, timeout=timeout).values()
-        if all(b"libmpi" in Path(f"/proc/{pid}/maps").read_bytes() for pid in pids):
-            return
+        pids = rank_pids(proc.pid, n, timeout=timeout)
+        if all(b"libmpi" in Path(f"/proc/{pid}/maps").read_bytes() for pid in pids.values()):
+            return pids
         time.sleep(0.2)
     os.killpg(proc.pid, signal.SIGKILL)
     pytest.fail("MPI did not start")
 
 
 def test_ctrl_c_without_checkpoints_is_one_line_and_exit_130(tmp_path):
-    proc = start(4, *LONG)
-    wait_mpi_started(proc, 4)
-    time.sleep(1.0)                 # set-up or training (6 epochs take far longer): both must end so
+    # >= 28 s of training (PACED), counted from the launch as no checkpoint dates its start
+    launched = time.time()
+    proc = start(4, *PACED)
+    pids = wait_mpi_started(proc, 4)
+    time.sleep(1.0)                 # set-up or training: both must end so
     assert proc.poll() is None, proc.stderr.read()
-    signal_ranks(proc, signal.SIGINT, 4)
+    assert LONG_SAMPLES / (64 * 3) * PACE_S - (time.time() - launched) >= MARGIN_S, "not mid-run"
+    signal_ranks(proc, signal.SIGINT, pids)
     rc, _, err = finish(proc)
     assert rc == 130, err
     assert err.count("mpikanel: interrupted") == 1, err
@@ -171,13 +216,15 @@ def test_ctrl_c_landing_in_a_c_callback_still_ends_the_job_with_one_line(tmp_pat
 def test_async_models_resume_with_state_intact(sync, tmp_path):
     # per-worker budgets: every worker's own step count is known, so a lost or repeated step shows
     ck = tmp_path / "ck"
-    proc = start(4, *LONG_PER_WORKER, "--sync", sync, "--checkpoint-dir", str(ck), "--checkpoint-every", "0.5")
-    wait_for(ck, 1, proc)
+    summary = tmp_path / "stopped.json"
+    proc = start(4, *PACED_PER_WORKER, "--sync", sync, "--checkpoint-dir", str(ck), "--checkpoint-every", "0.5",
+                 "--summary-json", str(summary))
+    mid_run(proc, ck)
     proc.send_signal(signal.SIGUSR1)
     rc, _, err = finish(proc)
-    assert rc == 75, err
-    proc, s = run_train(4, *LONG_PER_WORKER, "--sync", sync, "--checkpoint-dir", str(ck), "--resume", "latest",
-                        tmp_path=tmp_path)
+    assert_stopped_by_the_signal(rc, err, json.loads(summary.read_text()))
+    proc, s = run_train(4, *LONG_PER_WORKER, *UNPACED, "--sync", sync, "--checkpoint-dir", str(ck),
+                        "--resume", "latest", tmp_path=tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert s["test_accuracy"] > 0.85                 # same band as an uninterrupted run (~0.88)
     assert_no_lost_work(s)
@@ -185,18 +232,36 @@ def test_async_models_resume_with_state_intact(sync, tmp_path):
     assert [w["steps"] for w in s["per_worker"]] == [total] * 3   # no step lost or repeated
 
 
+def test_esp_resumes_a_checkpoint_some_workers_had_left(tmp_path):
+    # a stop signal near the end of a run checkpoints after some workers finished; the resumed
+    # server used to abort at its end, cancelling the probe receives it never posted for them
+    ck = tmp_path / "ck"
+    args = [*RUN, "--sync", "esp", "--budget", "per-worker", "--slowdown", "3:300"]   # worker 3 far behind
+    proc, _ = run_train(4, *args, "--checkpoint-dir", str(ck), "--checkpoint-every", "0.1", "--keep-checkpoints",
+                        "100", tmp_path=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    left = [p for p in checkpoints(ck) if [w["state"]["finished"] for w in load(p, worker_arrays=False).workers]
+            == [True, True, False]]
+    assert left, "no checkpoint with workers 1 and 2 finished and worker 3 not"
+    proc, s = run_train(4, *args, "--resume", str(left[0]), tmp_path=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert s["resumed_from"] == str(left[0])
+    assert_no_lost_work(s)
+    assert [w["steps"] for w in s["per_worker"]] == [int(RUN[3]) * -(-6000 // 64)] * 3
+
+
 @pytest.mark.parametrize("victim", ["worker", "server"])
 def test_sigkill_ends_job_and_latest_checkpoint_resumes(victim, tmp_path):
     ck = tmp_path / "ck"
-    proc = start(4, *LONG, "--checkpoint-dir", str(ck), "--checkpoint-every", "0.3")
+    proc = start(4, *PACED, "--checkpoint-dir", str(ck), "--checkpoint-every", "0.3")
     pids = rank_pids(proc.pid, 4, timeout=60)
-    wait_for(ck, 2, proc)
+    mid_run(proc, ck, checkpoints_written=2)
     rank = 2 if victim == "worker" else 0
     kill_rank(pids[rank], rank)                      # checks /proc/<pid>/environ says that rank
-    t0 = time.time()
-    rc, _, _ = finish(proc, timeout=30)
-    assert rc != 0 and time.time() - t0 < 30
-    proc, s = run_train(4, *LONG[:2], "--epochs", str(int(LONG[3]) + 1), "--checkpoint-dir", str(ck),
+    rc = finish_after_kill(proc, f"[sigkill] {victim}")
+    assert rc != 0
+    assert_killed_mid_run(ck)
+    proc, s = run_train(4, *LONG[:2], *UNPACED, "--epochs", str(int(LONG[3]) + 1), "--checkpoint-dir", str(ck),
                         "--resume", "latest",
                         tmp_path=tmp_path)
     assert proc.returncode == 0, proc.stderr
@@ -229,9 +294,7 @@ def test_kill_during_a_part_write_leaves_the_previous_checkpoint_loadable(ranks,
     pid = rank_pids(proc.pid, ranks, timeout=60)[victim]
     partial = _wait_for_part_write(ck, 2, pid, proc)
     kill_rank(pid, victim)                          # checks /proc/<pid>/environ says that rank
-    t0 = time.time()
-    rc, _, _ = finish(proc, timeout=30)             # the launcher tears the job down
-    sys.stderr.write(f"[kill during write] rank {victim}: job ended {time.time() - t0:.2f} s after the kill\n")
+    rc = finish_after_kill(proc, f"[kill during write] rank {victim}")
     assert rc != 0
     # the kill landed during the write: the part is still its temporary, and nothing committed it
     assert partial.exists() and not (ck / "ckpt-000002" / "manifest.json").exists()
@@ -243,7 +306,7 @@ def test_kill_during_a_part_write_leaves_the_previous_checkpoint_loadable(ranks,
     assert "skipping invalid checkpoint" in proc.stderr and "ckpt-000002: incomplete checkpoint" in proc.stderr
     assert not partial.exists()                     # the interrupted write was cleaned up
     assert_no_lost_work(s)
-    assert s["samples"] == s["samples_budget"] == int(LONG[3]) * 90000    # the budget went through exactly
+    assert s["samples"] == s["samples_budget"] == LONG_SAMPLES    # the budget went through exactly
 
 
 def test_incompatible_and_corrupted_checkpoints_are_clear_errors(tmp_path):
@@ -268,14 +331,16 @@ def test_incompatible_and_corrupted_checkpoints_are_clear_errors(tmp_path):
 
 def test_resume_on_another_worker_count_loses_no_work(tmp_path):
     ck = tmp_path / "ck"
-    proc = start(4, *LONG, "--sync", "ssp", "--checkpoint-dir", str(ck), "--checkpoint-every", "0.5")
-    wait_for(ck, 1, proc)
+    summary = tmp_path / "stopped.json"
+    proc = start(4, *PACED, "--sync", "ssp", "--checkpoint-dir", str(ck), "--checkpoint-every", "0.5",
+                 "--summary-json", str(summary))
+    mid_run(proc, ck)
     proc.send_signal(signal.SIGUSR1)
     rc, _, err = finish(proc)
-    assert rc == 75, err
+    assert_stopped_by_the_signal(rc, err, json.loads(summary.read_text()))
     stop = checkpoints(ck)[-1]
     # 3 workers stopped; 2 carry on (a lost node): their unsent work is folded in, the budget exact
-    proc, s = run_train(3, *LONG, "--sync", "ssp", "--checkpoint-dir", str(ck), "--resume", "latest",
+    proc, s = run_train(3, *LONG, *UNPACED, "--sync", "ssp", "--checkpoint-dir", str(ck), "--resume", "latest",
                         tmp_path=tmp_path)
     assert proc.returncode == 0, proc.stderr
     # the stop checkpoint, written by 4 ranks, reshaped for 3; under --quiet (run_train) only the summary says so

@@ -8,7 +8,8 @@ import pytest
 
 from launch import checkpoints, run_train
 from mpikanel.engine.messages import PAYLOAD_OFFSET
-from test_checkpoint_e2e import LONG, finish, start, wait_for
+from test_checkpoint_e2e import PACED, assert_killed_mid_run, assert_stopped_by_the_signal, finish, finish_after_kill, \
+    mid_run, start
 from test_train_e2e import assert_no_lost_work, kill_rank, rank_pids
 
 RUN = ["--synthetic-rows", "20000", "--epochs", "2"]
@@ -105,26 +106,26 @@ def test_checkpoint_of_two_servers_resumes_bitwise_on_three_and_on_one(tmp_path)
 
 def test_sigterm_stops_two_servers_with_a_checkpoint(tmp_path):
     ck, summary = tmp_path / "ck", tmp_path / "stopped.json"
-    proc = start(5, "--servers", "2", *LONG, "--sync", "ssp", "--checkpoint-dir", str(ck),
+    proc = start(5, "--servers", "2", *PACED, "--sync", "ssp", "--checkpoint-dir", str(ck),
                  "--checkpoint-every", "0.5", "--summary-json", str(summary))
-    wait_for(ck, 1, proc)
+    mid_run(proc, ck)
     proc.send_signal(signal.SIGTERM)
     rc, _, err = finish(proc)
-    assert rc == 75, err
     stopped = json.loads(summary.read_text())
-    assert stopped["stopped"]
+    assert_stopped_by_the_signal(rc, err, stopped)
     assert_no_lost_work(stopped)
 
 
 def test_killed_server_rank_ends_the_job(tmp_path):
     ck = tmp_path / "ck"
     # sparse frames (a dense run loses a server the same way: the kill tests of test_checkpoint_e2e)
-    proc = start(5, "--servers", "2", *LONG, *SPARSE, "--checkpoint-dir", str(ck), "--checkpoint-every", "0.3")
+    proc = start(5, "--servers", "2", *PACED, *SPARSE, "--checkpoint-dir", str(ck), "--checkpoint-every", "0.3")
     pids = rank_pids(proc.pid, 5, timeout=60)
-    wait_for(ck, 1, proc)
+    mid_run(proc, ck)
     kill_rank(pids[1], 1)                      # the second server, not the one that decides
-    rc, _, _ = finish(proc, timeout=30)        # fails if the job is still running after 30 s
+    rc = finish_after_kill(proc, "[killed server rank] rank 1")
     assert rc != 0
+    assert_killed_mid_run(ck)
 
 
 def test_too_few_ranks_for_the_servers_is_a_clear_error(tmp_path):

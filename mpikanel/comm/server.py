@@ -250,6 +250,7 @@ class ParameterServer:
         self._probe_recv = [comm.Recv_init([f.buf, MPI.BYTE], source=w + first, tag=Tag.PROBE)
                             for w, f in enumerate(self._probe_in)]
         self._probe_send: list[MPI.Request] = [MPI.REQUEST_NULL] * len(self._probe_recv)
+        self._probe_posted = [False] * len(self._probe_recv)
         self._listening = 0             # workers whose next push the server waits for
         self._t_start = 0.0
         self._followers = list(range(1, smap.servers))
@@ -295,9 +296,10 @@ class ParameterServer:
             core.stats.busy_s += time.perf_counter() - t0
         self._traffic.wait_sent()
         pool.close()
-        for req in self._probe_recv:    # still posted: no worker probes after its last push
-            req.Cancel()
-            req.Wait()
+        for w, req in enumerate(self._probe_recv):    # still posted: no worker probes after its last push
+            if self._probe_posted[w]:   # never, for a worker that had left before the checkpoint resumed
+                req.Cancel()
+                req.Wait()
             req.Free()
         MPI.Request.Waitall(self._probe_send)
         core.stats.reply_snapshots_peak = self._traffic.snapshots.peak
@@ -372,6 +374,7 @@ class ParameterServer:
                 self._listening += 1
                 if self._probe_recv:
                     self._probe_recv[w].Start()
+                    self._probe_posted[w] = True
 
     def _next(self) -> tuple[list[int], list[int]] | None:
         """The workers whose pushes, and whose probes, arrived (blocks inside MPI); None when

@@ -32,6 +32,9 @@ FAKE = Path(__file__).with_name("fake_python.sh")
 # rank 0 prints one of these once the signal handlers are installed (the real CLI: "no checkpoint
 # in DIR; starting fresh" / "resumed from ..."; the fake: "training started")
 STARTED = re.compile(r"starting fresh|resumed from|training started")
+#: the least training time a signal test's job must still have ahead when it is signalled: the
+#: signal goes scancel -> slurmctld -> slurmd -> batch shell -> launcher -> ranks
+MARGIN_S = 3.0
 
 
 def _sbatch_wait(slurm: Slurm, jobdir: Path, script: str, *opts: str, env: dict[str, str],
@@ -80,16 +83,19 @@ def test_sweep_array_completes(slurm: Slurm, jobdir: Path) -> None:
     sys.stderr.write(f"[slurm] sweep.sbatch (4 array tasks) took {time.monotonic() - t0:.1f}s\n")
 
 
-def _signal_requeue_resume(slurm: Slurm, jobdir: Path, env: dict[str, str], ntasks: int,
-                           timeout: float, requeue_ntasks: int | None = None) -> tuple[str, str, dict[str, str]]:
+def _signal_requeue_resume(slurm: Slurm, jobdir: Path, env: dict[str, str], ntasks: int, timeout: float,
+                           trains_s: float, requeue_ntasks: int | None = None) -> tuple[str, str, dict[str, str]]:
     """Submit checkpointed.sbatch with `sbatch --wait`, signal it once training runs, release the
     requeued job (with `requeue_ntasks` tasks if given: another allocation size), and wait for the end; returns (job id, the job's log, the last scontrol record
-    seen: the finished job's, as SLURM keeps it for MinJobAge seconds and it is polled meanwhile)."""
+    seen: the finished job's, as SLURM keeps it for MinJobAge seconds and it is polled meanwhile).
+    `trains_s`: the least time the first run trains after its STARTED line (paced by construction);
+    the signal goes only while at least MARGIN_S of it is left."""
     name = f"ckpt-{uuid.uuid4().hex[:8]}"
     # --time/--signal: the script's own warning (B:USR1 300 s before the limit) must not fire here
     cmd = ["sbatch", "--wait", "--time=15", "--signal=B:USR1@60", f"--ntasks={ntasks}", f"--job-name={name}",
            f"--output={jobdir}/%x-%j.out", str(JOBS / "checkpointed.sbatch")]
     deadline = time.monotonic() + timeout
+    not_yet = [time.monotonic()]    # when the STARTED line was last seen missing: it came later
     waiter = subprocess.Popen(cmd, env=env, cwd=jobdir, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     job_id = ""
     try:
@@ -98,14 +104,19 @@ def _signal_requeue_resume(slurm: Slurm, jobdir: Path, env: dict[str, str], ntas
         log = jobdir / f"{name}-{job_id}.out"
 
         def started():
+            now = time.monotonic()
             if log.exists() and STARTED.search(log.read_text()):
                 return True
+            not_yet[0] = now
             if slurm.job(job_id).get("JobState") in FINISHED:
                 pytest.fail(f"job {job_id} ended before training started:\n{log.read_text()}")
             return False
 
-        slurm.wait_for("training to start (log line)", started, max(5.0, deadline - time.monotonic() - 60))
+        slurm.wait_for("training to start (log line)", started, max(5.0, deadline - time.monotonic() - 60),
+                       interval=0.1)
         time.sleep(1.0)   # let it train a little
+        left = trains_s - (time.monotonic() - not_yet[0])
+        assert left >= MARGIN_S, f"only {left:.1f} s of training left: the signal could land after the end"
         slurm.cmd("scancel", "--signal=USR1", "--batch", job_id)
         t_signal = time.monotonic()
         # the first run checkpoints and exits 75; the script requeues the job (PENDING, Restarts=1)
@@ -156,14 +167,14 @@ def test_signal_requeue_plumbing(slurm: Slurm, jobdir: Path, launcher: str) -> N
     that keeps the CLI's contract: the signal must reach every rank through srun or mpiexec."""
     ckpt = jobdir / "ckpt"
     env = slurm.job_env(MPIKANEL_LAUNCHER=launcher, MPIKANEL_PYTHON=str(FAKE), MPIKANEL_CKPT_DIR=str(ckpt),
-                        FAKE_STEPS="60")
-    job_id, log, rec = _signal_requeue_resume(slurm, jobdir, env, ntasks=2, timeout=120)
+                        FAKE_STEPS="80")
+    job_id, log, rec = _signal_requeue_resume(slurm, jobdir, env, ntasks=2, timeout=120, trains_s=80 * 0.1)
     assert "run 0: got SIGUSR1" in log
     assert "fake rank 0: SIGUSR1" in log and "fake rank 1: SIGUSR1" in log, "every rank must get the signal"
     assert "run 0: training exited with code 75" in log and f"requeued job {job_id}" in log
     assert "run 1:" in log and "fake: resumed from" in log
     assert "run 1: training exited with code 0" in log
-    assert json.loads((ckpt / "summary.json").read_text())["steps"] == 60
+    assert json.loads((ckpt / "summary.json").read_text())["steps"] == 80
     assert rec.get("JobState") == "COMPLETED" and rec.get("Restarts") == "1", rec
 
 
@@ -193,11 +204,12 @@ def test_checkpointed_job_signal_requeue_resume(slurm: Slurm, jobdir: Path, tmp_
     the requeued BSP run ends with the same loss and parameters as an uninterrupted run (README)."""
     t0 = time.monotonic()
     ckpt = jobdir / "ckpt"
-    # ~15 s of training on 2 workers (a 3 ms pause per step), so the signal lands mid-run
-    args = "--synthetic-rows 20000 --epochs 8 --pause-prob 1 --pause-s 0.003"
+    # 18000 x 8 samples over 2 workers, a 6 ms pause in every step of 64: >= 6.7 s of training
+    args = "--synthetic-rows 20000 --epochs 8 --pause-prob 1 --pause-s 0.006"
     env = slurm.job_env(MPIKANEL_LAUNCHER=launcher, MPIKANEL_CKPT_DIR=str(ckpt), MPIKANEL_CKPT_EVERY="0",
                         MPIKANEL_ARGS=args)
-    job_id, log, rec = _signal_requeue_resume(slurm, jobdir, env, ntasks=3, timeout=180)
+    job_id, log, rec = _signal_requeue_resume(slurm, jobdir, env, ntasks=3, timeout=180,
+                                              trains_s=18000 * 8 / 64 / 2 * 0.006)
     assert "run 0: got SIGUSR1" in log
     assert "run 0: training exited with code 75" in log and f"requeued job {job_id}" in log, log
     run1 = log[log.index("run 1:"):]
@@ -220,10 +232,12 @@ def test_requeued_job_resumes_on_another_task_count(slurm: Slurm, jobdir: Path) 
     """A requeue that gets a smaller allocation (4 tasks, then 3): the run resumes from the 4-rank
     checkpoint on 3 ranks, loses no work and completes the shared budget exactly."""
     ckpt = jobdir / "ckpt"
-    args = "--synthetic-rows 20000 --epochs 8 --pause-prob 1 --pause-s 0.003 --sync ssp"
+    # 18000 x 8 samples over 3 workers, an 8 ms pause in every step of 64: >= 6 s of training
+    args = "--synthetic-rows 20000 --epochs 8 --pause-prob 1 --pause-s 0.008 --sync ssp"
     env = slurm.job_env(MPIKANEL_LAUNCHER="mpiexec", MPIKANEL_CKPT_DIR=str(ckpt), MPIKANEL_CKPT_EVERY="0",
                         MPIKANEL_ARGS=args)
-    job_id, log, rec = _signal_requeue_resume(slurm, jobdir, env, ntasks=4, timeout=240, requeue_ntasks=3)
+    job_id, log, rec = _signal_requeue_resume(slurm, jobdir, env, ntasks=4, timeout=240,
+                                              trains_s=18000 * 8 / 64 / 3 * 0.008, requeue_ntasks=3)
     assert "run 0: training exited with code 75" in log and f"requeued job {job_id}" in log, log
     run1 = log[log.index("run 1:"):]
     assert "resuming on 3" in run1 and "run 1: training exited with code 0" in run1, log
