@@ -115,6 +115,9 @@ def test_signal_checkpoints_exits_75_and_resume_latest_finishes(sig, tmp_path):
     stopped = json.loads(summary.read_text())
     assert_stopped_by_the_signal(rc, err, stopped)
     assert_no_lost_work(stopped)
+    # the exact command that continues it (its settings come from the checkpoint), said once
+    assert err.count(f"mpikanel: stopped after writing {stopped['checkpoint']}; resume with: mpiexec -n 4 python -m "
+                     f"mpikanel.train --checkpoint-dir {ck} --resume latest") == 1, err
     if sig != signal.SIGUSR1:
         return                  # the stop is the same for every signal; one resume shows it continues
     proc, resumed = run_train(4, *LONG, *UNPACED, "--checkpoint-dir", str(ck), "--resume", "latest", tmp_path=tmp_path)

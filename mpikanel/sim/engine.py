@@ -27,7 +27,7 @@ from ..hetero import Injector, ServerDelay
 from ..engine.sparse import payload_nbytes, use_sparse
 from .models import NetworkModel, ServerModel
 
-FRAME_OVERHEAD = PAYLOAD_OFFSET      # header + meta bytes of a frame (comm.protocol: no mpi4py there)
+FRAME_OVERHEAD = PAYLOAD_OFFSET      # header + meta bytes of a frame (engine.messages: no mpi4py there)
 
 
 @dataclass
