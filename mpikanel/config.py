@@ -125,12 +125,17 @@ NOT_RESUMED = frozenset({"resume", "checkpoint_dir", "summary_json", "save_model
                          "threads"})
 
 
+def known_settings(recorded: dict[str, Any]) -> dict[str, Any]:
+    """The settings of a recorded config (a checkpoint's, a model file's) this version knows: a
+    setting an older version had and this one dropped is left out."""
+    known = {f.name for f in setting_fields()}
+    return {k: v for k, v in recorded.items() if k in known}
+
+
 def resumed_config(config: TrainConfig, checkpointed: dict[str, Any]) -> TrainConfig:
     """The config a resume runs with: the checkpointed run's settings, except those given explicitly
     now and those that belong to this invocation (NOT_RESUMED)."""
-    known = {f.name for f in setting_fields()}
-    taken = {k: v for k, v in checkpointed.items()
-             if k in known and k not in config.given and k not in NOT_RESUMED}
+    taken = {k: v for k, v in known_settings(checkpointed).items() if k not in config.given and k not in NOT_RESUMED}
     if isinstance(taken.get("staleness"), str):
         taken["staleness"] = _float_or_inf(taken["staleness"])
     return dataclasses.replace(config, **taken) if taken else config

@@ -4,7 +4,7 @@ import math
 import pytest
 
 from mpikanel.config import (GROUPS, TrainConfig, build_parser, config_from_args, load_toml, make_config,
-                             resumed_config, setting_fields)
+                             known_settings, resumed_config, setting_fields)
 from mpikanel.errors import InputError
 
 
@@ -91,3 +91,9 @@ def test_a_mistyped_flag_is_one_line_with_the_nearest(argv, expected, capsys):
     assert exc.value.code == 2
     err = capsys.readouterr().err
     assert err.splitlines() == [f"python -m mpikanel.train: error: {expected}"]
+
+
+def test_a_setting_an_older_version_recorded_and_this_one_dropped_is_left_out():
+    recorded = {**make_config(sync="esp").to_dict(), "esp_busy_max": 3}
+    assert resumed_config(make_config(resume="latest", checkpoint_dir="ck"), recorded).sync == "esp"
+    assert "esp_busy_max" not in known_settings(recorded)
