@@ -400,7 +400,7 @@ def _work(comm, s: Setup, params: np.ndarray, w: int, state: dict | None, stop: 
                         fair_steps(config.epochs, s.train_rows, n_workers, config.batch_size))
     try:
         _, stats = run_worker(client, s.shard, params, plan, rng, rank, injector,
-                              schedule_for(config, n_workers), resume=state)
+                              schedule_for(config, n_workers), resume=state, step_time=config.step_time)
     finally:
         client.close()
     return stats
@@ -436,6 +436,9 @@ def publish(s: Setup, params: np.ndarray, initial: np.ndarray, losses: list, wor
     summary["scenario"] = s.config.scenario or describe_hetero(hetero_spec(s.config))
     summary.update(run_info)
     summary["stopped"] = bool(server_stats.stopped)
+    if summary.get("pacing_held") is False:
+        print(f"mpikanel: pacing not held: {summary['pacing_missed_share']:.0%} of steps computed longer than "
+              f"their modeled time (--step-time {s.config.step_time:g})", file=sys.stderr, flush=True)
     if server_stats.policy_report is not None:
         summary[s.config.sync] = server_stats.policy_report
     curve = _curve(s, recorder)
