@@ -110,6 +110,30 @@ def _step_s(w: dict) -> float:
     return w["compute_s"] + w["injected_s"] + w.get("pacing_s", 0.0)
 
 
+def process_started_at() -> float | None:
+    """When this process started, in epoch seconds (Linux /proc, to a clock tick), or None elsewhere."""
+    import os
+    try:
+        with open("/proc/self/stat") as fh:
+            ticks = int(fh.read().rpartition(")")[2].split()[19])     # field 22: starttime
+        with open("/proc/stat") as fh:
+            boot = next(int(line.split()[1]) for line in fh if line.startswith("btime "))
+        return boot + ticks / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError, StopIteration):
+        return None
+
+
+def cpu_fields(clocks: list[tuple[float, float | None, float]], servers: int, wall: float) -> dict:
+    """Summary fields from every rank's (CPU seconds while training, process start, training start):
+    the server ranks' CPU seconds summed, the cores the job used while training, and start-up
+    seconds from the earliest rank's process start to the start of training."""
+    cpus = [c[0] for c in clocks]
+    starts = [c[1] for c in clocks if c[1] is not None]
+    return {"server_cpu_s": sum(cpus[:servers]),
+            "cores_used": sum(cpus) / wall if wall > 0 else None,
+            "startup_s": clocks[0][2] - min(starts) if starts else None}
+
+
 def peak_rss_mb() -> float:
     """This process's peak resident set size in MiB (ru_maxrss is KiB on Linux)."""
     import resource
@@ -158,6 +182,10 @@ def format_summary(d: dict) -> str:
         lines.insert(4, f"  time to test loss {d['target_loss']:g} (held to the end): "
                         + ("not held" if reached is None else f"{reached:.2f} s")
                         + ("" if touch is None else f"; first touched at {touch:.2f} s"))
+    if d.get("cores_used") is not None:
+        startup = "" if d.get("startup_s") is None else f"; start-up {d['startup_s']:.1f} s"
+        lines.insert(4, f"  CPU while training: workers {sum(w.get('cpu_s', 0.0) for w in d['per_worker']):.2f} s, "
+                        f"servers {d['server_cpu_s']:.2f} s, {d['cores_used']:.2f} cores used{startup}")
     if d.get("pacing_held") is not None:
         lines.insert(4, f"  paced at --step-time {d['step_time']:g} s: {d['pacing_missed_share']:.1%} of steps "
                         f"computed longer than modeled ({'held' if d['pacing_held'] else 'NOT held'})")

@@ -41,7 +41,7 @@ from .kernels import CSR, BoundModel, Model, bind, get_model, set_threads, warmu
 from .metrics import SnapshotRecorder, evaluate_curve, write_metrics
 from .servermap import ServerMap
 from .sparse import effective_mode
-from .summary import add_curve, evaluate, format_summary
+from .summary import add_curve, cpu_fields, evaluate, format_summary, process_started_at
 from . import sync as sync_models
 from .sync import Schedule, SyncPolicy
 from .worker_loop import StepPlan, WorkerStats, run_worker
@@ -236,6 +236,7 @@ def train(config: TrainConfig | dict | None = None, comm=None, _stop: StopSignal
         comm.Barrier()
         load_before = os.getloadavg()[0]
         t0 = time.perf_counter()
+        started_at, cpu0 = time.time(), time.process_time()
         if rank == 0:
             server_stats, recorder, written = _serve(comm, s, params, initial, ckpt, stop)
             stats = WorkerStats(rank=0, rows=0, produced=np.zeros(s.n_params))
@@ -247,8 +248,9 @@ def train(config: TrainConfig | dict | None = None, comm=None, _stop: StopSignal
             stats = _work(comm, s, params, rank - k, my_state, stop)
             server_stats = recorder = written = None
         wall = time.perf_counter() - t0
+        cpu = (time.process_time() - cpu0, process_started_at(), started_at)
         comm.Bcast(params, root=0)
-        summary = _finish(comm, s, params, initial, stats, server_stats, recorder, wall,
+        summary = _finish(comm, s, params, initial, stats, server_stats, recorder, wall, cpu,
                           {"resumed_from": resumed_from, "checkpoint": written[-1]["path"] if written else None,
                            "checkpoints_written": written,
                            "reshaped": ckpt.server.get("reshaped") if ckpt is not None else None,
@@ -407,8 +409,9 @@ def _work(comm, s: Setup, params: np.ndarray, w: int, state: dict | None, stop: 
 
 
 def _finish(comm, s: Setup, params: np.ndarray, initial: np.ndarray, stats: WorkerStats, server_stats,
-            recorder: SnapshotRecorder | None, wall: float, run_info: dict) -> dict:
-    """Collective end of run: train loss from the shards, test metrics, summary on every rank."""
+            recorder: SnapshotRecorder | None, wall: float, cpu: tuple, run_info: dict) -> dict:
+    """Collective end of run: train loss from the shards, test metrics, summary on every rank.
+    `cpu`: this rank's process CPU seconds while training, process start and training start (epoch seconds)."""
     from mpi4py import MPI
 
     rank = comm.Get_rank()
@@ -417,11 +420,13 @@ def _finish(comm, s: Setup, params: np.ndarray, initial: np.ndarray, stats: Work
     else:
         shard_loss = (s.shard.loss_sum(params), s.shard.rows, s.shard.correct(params))
     losses = comm.gather(shard_loss, root=0)
-    worker_stats = comm.gather(stats.public(), root=0)
+    worker_stats = comm.gather({**stats.public(), "cpu_s": cpu[0]}, root=0)
+    clocks = comm.gather(cpu, root=0)
     produced = np.zeros_like(params) if rank == 0 else None
     comm.Reduce(stats.produced, produced, op=MPI.SUM, root=0)
     summary = None
     if rank == 0:
+        run_info = {**run_info, **cpu_fields(clocks, s.config.servers, wall)}
         summary = publish(s, params, initial, losses, worker_stats[s.config.servers:], produced, server_stats, wall,
                           recorder, run_info, MPI.Get_library_version().splitlines()[0], comm.Get_size())
     return comm.bcast(summary, root=0)

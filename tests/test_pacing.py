@@ -131,3 +131,53 @@ def test_the_simulator_takes_its_step_time_from_the_config():
                  SimOptions(2))
     assert s["sim"]["step_s_min"] == s["sim"]["step_s_max"] == 0.004
     assert s["step_time"] == 0.004 and s["pacing_held"] is None
+
+
+# --- real runs under mpiexec ----------------------------------------------------------------------
+
+PACED = ["--synthetic-rows", "6000", "--epochs", "1", "--step-time", "0.02"]
+
+
+def test_a_paced_run_lasts_its_modeled_steps_and_says_so(tmp_path):
+    from launch import run_train
+
+    proc, s = run_train(4, *PACED, "--slowdown", "2:2", tmp_path=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert s["step_time"] == 0.02 and s["pacing_held"] is True, s["pacing_missed_share"]
+    assert "pacing not held" not in proc.stderr
+    for w in s["per_worker"]:
+        factor = 2.0 if w["rank"] == 2 else 1.0
+        # modeled: 0.02 s per 64 rows (a partial batch in proportion), times the worker's slowdown
+        assert w["paced_s"] == pytest.approx(factor * 0.02 * w["samples"] / 64)
+        step_s = w["compute_s"] + w["injected_s"] + w["pacing_s"]
+        assert step_s >= w["paced_s"] - 1e-9 and w["compute_s"] < 0.5 * step_s
+        assert w["pacing_missed_share"] <= 0.05
+        assert w["compute_s"] + w["comm_s"] + w["wait_s"] + w["pacing_s"] + w["injected_s"] <= s["wall_s"] + 1.0
+    slow = s["per_worker"][1]
+    assert slow["injected_s"] == pytest.approx(0.5 * slow["paced_s"], rel=0.05)
+    assert s["wall_s"] >= max(w["paced_s"] for w in s["per_worker"])
+    # an accelerator-bound job: its ranks' CPUs mostly wait, and waiting costs nothing
+    assert all(w["cpu_s"] >= 0 for w in s["per_worker"]) and s["server_cpu_s"] >= 0
+    assert s["cores_used"] < 0.5, (s["cores_used"], [w["cpu_s"] for w in s["per_worker"]], s["server_cpu_s"])
+    assert 0 < s["startup_s"] < 120
+
+
+def test_real_bsp_equals_simulated_bsp_bitwise(tmp_path):
+    import subprocess
+    import sys
+    import json
+
+    from launch import clean_env, run_train
+
+    flags = ["--synthetic-rows", "3000", "--epochs", "1", "--step-time", "0.002", "--slowdown", "1:3",
+             "--sync", "bsp", "--quiet"]
+    proc, real = run_train(4, *flags, tmp_path=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    out = tmp_path / "sim.json"
+    sim = subprocess.run([sys.executable, "-m", "mpikanel.sim", "--workers", "3", *flags, "--summary-json", str(out)],
+                         capture_output=True, text=True, timeout=120, env=clean_env())
+    assert sim.returncode == 0, sim.stderr
+    sim = json.loads(out.read_text())
+    assert sim["versions"]["mpi"].startswith("simulator")
+    assert real["samples"] == sim["samples"] and real["deltas_applied"] == sim["deltas_applied"]
+    assert real["params_sha256"] == sim["params_sha256"]
