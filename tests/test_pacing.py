@@ -156,9 +156,12 @@ def test_a_paced_run_lasts_its_modeled_steps_and_says_so(tmp_path):
     slow = s["per_worker"][1]
     assert slow["injected_s"] == pytest.approx(0.5 * slow["paced_s"], rel=0.05)
     assert s["wall_s"] >= max(w["paced_s"] for w in s["per_worker"])
-    # an accelerator-bound job: its ranks' CPUs mostly wait, and waiting costs nothing
-    assert all(w["cpu_s"] >= 0 for w in s["per_worker"]) and s["server_cpu_s"] >= 0
-    assert s["cores_used"] < 0.5, (s["cores_used"], [w["cpu_s"] for w in s["per_worker"]], s["server_cpu_s"])
+    # an accelerator-bound job: its ranks' CPUs mostly wait, and waiting costs next to nothing: ranks 1
+    # and 3 wait for the straggler (rank 2) half the time, which cost them 3.6-6x its CPU seconds with
+    # MPI's own waits and 1.8x with mpikanel.comm.waits (2 cores, load 7-9)
+    cpu = [w["cpu_s"] for w in s["per_worker"]]
+    assert all(0 < c < 0.1 * s["wall_s"] for c in cpu) and max(cpu[0], cpu[2]) < 2.5 * cpu[1], cpu
+    assert 0 < s["server_cpu_s"] < 0.5 * s["wall_s"] and s["cores_used"] < 0.6, (s["cores_used"], s["server_cpu_s"])
     assert 0 < s["startup_s"] < 120
 
 
@@ -181,3 +184,4 @@ def test_real_bsp_equals_simulated_bsp_bitwise(tmp_path):
     assert sim["versions"]["mpi"].startswith("simulator")
     assert real["samples"] == sim["samples"] and real["deltas_applied"] == sim["deltas_applied"]
     assert real["params_sha256"] == sim["params_sha256"]
+
