@@ -70,6 +70,7 @@ class TrainConfig:
     psp_wait: str = "train"
     psp_estimator: str = "median"
     psp_objective: str = "rate"
+    step_time: float | None = None
     slowdown: str | None = None
     pause_prob: float = 0.0
     pause_s: float = 0.0
@@ -185,6 +186,8 @@ def _validate(c: TrainConfig) -> None:
         raise InputError(f"--servers must be >= 1, got {c.servers}")
     if c.threads < 1:
         raise InputError(f"--threads must be >= 1, got {c.threads}")
+    if c.step_time is not None and not (c.step_time > 0 and math.isfinite(c.step_time)):
+        raise InputError(f"--step-time must be a finite number of seconds > 0, got {c.step_time}")
     if not (c.l2 >= 0 and math.isfinite(c.l2)):
         raise InputError(f"--l2 must be a finite number >= 0, got {c.l2}")
     if not math.isfinite(c.lr):
@@ -292,6 +295,10 @@ _HELP = {
                      "(rate), or total idle seconds (idle: the 0.1 rule, which fills --psp-k-max)",
     "psp_wait": "PSP: while a round closes fast workers keep training (train) or idle (idle: the "
                 "ZipLine-style ablation)",
+    "step_time": "paced workers (accelerator-bound: the CPU mostly waits): every step lasts max(its compute, "
+                 "SECONDS x rows/--batch-size x the worker's --slowdown factor, plus --pause-s when it pauses), "
+                 "the rest slept; python -m mpikanel.sim models each step so (default: measured there; "
+                 "mpikanel.train: unpaced)",
     "slowdown": "straggler injection: RANK:FACTOR[,RANK:FACTOR] (worker RANK takes FACTOR x its "
                 "compute time per step), a changing worker RANK:A->B@STEP or RANK:A->B@P%% (A x until "
                 "that step or P%% of its fair share of the steps, B x after), or lognormal:SIGMA "

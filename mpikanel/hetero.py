@@ -278,6 +278,18 @@ class Injector:
         self.injected_s += delay
         return delay
 
+    def pace(self, compute_s: float, rows: int, batch_size: int, step_s: float) -> "Pace":
+        """A paced step (--step-time): its modeled length, as the simulator models it
+        (step_s x rows/batch_size x the slowdown factor, plus any pause), against the measured
+        compute; call once per step instead of compute_delay."""
+        base = step_s * rows / batch_size
+        injected = self.compute_delay(base)
+        modeled = base + injected
+        compute = max(0.0, compute_s)
+        length = max(compute, modeled)
+        return Pace(modeled_s=modeled, compute_s=compute, sleep_s=length - compute,
+                    injected_s=length - max(compute, base))
+
     def link_delay(self, nbytes: int) -> float:
         """Extra seconds for one message of `nbytes` bytes to the server."""
         delay = self.link_s
@@ -291,6 +303,21 @@ class Injector:
         """Whether anything is injected for this worker."""
         return (self.factor > 1.0 or self.change is not None or self.pause_prob > 0 or self.link_s > 0
                 or self.bandwidth is not None)
+
+
+@dataclass(frozen=True)
+class Pace:
+    """One paced step: the step lasts max(compute_s, modeled_s); the driver sleeps sleep_s."""
+
+    modeled_s: float     # the modeled step: base x factor + pause
+    compute_s: float     # the step's measured compute (wall seconds)
+    sleep_s: float       # what is left of the modeled step after the compute (0 if it overran)
+    injected_s: float    # of the step's length, what the slowdown and pause added
+
+    @property
+    def held(self) -> bool:
+        """Whether the compute fit in the modeled step."""
+        return self.compute_s <= self.modeled_s
 
 
 def _factor(parsed: _Parsed, rank: int, n_workers: int, seed: int) -> float:

@@ -9,6 +9,9 @@ import numpy as np
 
 from ._version import __version__
 
+#: a paced run (--step-time) whose compute outlasts the modeled step in more than this share of steps does not hold its pacing
+PACING_MISSED_MAX = 0.05
+
 
 def evaluate(s: Any, params: np.ndarray, initial: np.ndarray, losses: list[tuple[float, int, int]],
              workers: list[dict], produced: np.ndarray, server_stats: Any, wall: float,
@@ -24,7 +27,7 @@ def evaluate(s: Any, params: np.ndarray, initial: np.ndarray, losses: list[tuple
     received = applied if server_stats.unapplied is None else applied + server_stats.unapplied
     sent_norm = float(np.linalg.norm(produced))
     mismatch = float(np.linalg.norm(produced - received)) / max(sent_norm, 1e-300)
-    per_step = [(w["compute_s"] + w["injected_s"]) / w["steps"] for w in workers if w["steps"]]
+    per_step = [_step_s(w) / w["steps"] for w in workers if w["steps"]]
     fastest = min(per_step) if per_step else 0.0
     for i, w in enumerate(workers):
         n = max(int(server_stats.pushes[i]), 1)
@@ -32,8 +35,13 @@ def evaluate(s: Any, params: np.ndarray, initial: np.ndarray, losses: list[tuple
         w["staleness_max"] = int(server_stats.staleness_max[i])
         # realized seconds per step (compute + injection) relative to the fastest worker: what
         # the injection plus CPU contention actually produced
-        mine = (w["compute_s"] + w["injected_s"]) / w["steps"] if w["steps"] else 0.0
+        mine = _step_s(w) / w["steps"] if w["steps"] else 0.0
         w["step_time_rel"] = mine / fastest if fastest > 0 else 1.0
+        w["pacing_missed_share"] = w.get("pacing_missed", 0) / max(w["steps"], 1)
+    # --step-time under MPI: steps whose compute outlasted their modeled time, of all steps
+    paced = s.config.step_time is not None and any(w.get("paced_s", 0.0) > 0 for w in workers)
+    missed = (sum(w.get("pacing_missed", 0) for w in workers) / max(sum(w["steps"] for w in workers), 1)
+              if paced else None)
     deltas_sent = int(sum(w["pushes"] for w in workers))
     return {
         "sync": s.config.sync,
@@ -50,6 +58,9 @@ def evaluate(s: Any, params: np.ndarray, initial: np.ndarray, losses: list[tuple
         "n_classes": c,
         "n_params": int(params.size),
         "wall_s": wall,
+        "step_time": s.config.step_time,
+        "pacing_missed_share": missed,
+        "pacing_held": None if missed is None else missed <= PACING_MISSED_MAX,
         "train_loss": loss_sum / max(n_train, 1),
         "train_accuracy": correct / max(n_train, 1),
         "test_loss": test_loss,
@@ -92,6 +103,35 @@ def evaluate(s: Any, params: np.ndarray, initial: np.ndarray, losses: list[tuple
         "versions": {"mpikanel": __version__, "python": platform.python_version(),
                      "numpy": np.__version__, "mpi": mpi_library},
     }
+
+
+def _step_s(w: dict) -> float:
+    """A worker's realized step seconds: compute, injection and any pacing sleep."""
+    return w["compute_s"] + w["injected_s"] + w.get("pacing_s", 0.0)
+
+
+def process_started_at() -> float | None:
+    """When this process started, in epoch seconds (Linux /proc, to a clock tick), or None elsewhere."""
+    import os
+    try:
+        with open("/proc/self/stat") as fh:
+            ticks = int(fh.read().rpartition(")")[2].split()[19])     # field 22: starttime
+        with open("/proc/stat") as fh:
+            boot = next(int(line.split()[1]) for line in fh if line.startswith("btime "))
+        return boot + ticks / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError, StopIteration):
+        return None
+
+
+def cpu_fields(clocks: list[tuple[float, float | None, float]], servers: int, wall: float) -> dict:
+    """Summary fields from every rank's (CPU seconds while training, process start, training start):
+    the server ranks' CPU seconds summed, the cores the job used while training, and start-up
+    seconds from the earliest rank's process start to the start of training."""
+    cpus = [c[0] for c in clocks]
+    starts = [c[1] for c in clocks if c[1] is not None]
+    return {"server_cpu_s": sum(cpus[:servers]),
+            "cores_used": sum(cpus) / wall if wall > 0 else None,
+            "startup_s": clocks[0][2] - min(starts) if starts else None}
 
 
 def peak_rss_mb() -> float:
@@ -142,6 +182,13 @@ def format_summary(d: dict) -> str:
         lines.insert(4, f"  time to test loss {d['target_loss']:g} (held to the end): "
                         + ("not held" if reached is None else f"{reached:.2f} s")
                         + ("" if touch is None else f"; first touched at {touch:.2f} s"))
+    if d.get("cores_used") is not None:
+        startup = "" if d.get("startup_s") is None else f"; start-up {d['startup_s']:.1f} s"
+        lines.insert(4, f"  CPU while training: workers {sum(w.get('cpu_s', 0.0) for w in d['per_worker']):.2f} s, "
+                        f"servers {d['server_cpu_s']:.2f} s, {d['cores_used']:.2f} cores used{startup}")
+    if d.get("pacing_held") is not None:
+        lines.insert(4, f"  paced at --step-time {d['step_time']:g} s: {d['pacing_missed_share']:.1%} of steps "
+                        f"computed longer than modeled ({'held' if d['pacing_held'] else 'NOT held'})")
     if (d.get("servers") or 1) > 1 and d.get("server_ranks"):
         per = ", ".join(f"rank {r['rank']} keys {r['keys'][0]}..{r['keys'][1]} {r['busy_us_per_push']:.0f} us/push "
                         f"{r['peak_rss_mb']:.0f} MiB" for r in d["server_ranks"])

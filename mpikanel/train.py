@@ -42,7 +42,7 @@ from .kernels import CSR, BoundModel, Model, bind, cache_is_cold, get_model, set
 from .metrics import SnapshotRecorder, evaluate_curve, write_metrics
 from .engine.servermap import ServerMap
 from .engine.sparse import effective_mode
-from .summary import add_curve, evaluate, format_summary
+from .summary import add_curve, cpu_fields, evaluate, format_summary, process_started_at
 from . import sync as sync_models
 from .sync import Schedule, SyncPolicy
 from .worker_loop import StepPlan, WorkerStats, run_worker
@@ -259,6 +259,7 @@ def train(config: TrainConfig | dict | None = None, comm=None, _stop: StopSignal
         comm.Barrier()
         load_before = os.getloadavg()[0]
         t0 = time.perf_counter()
+        started_at, cpu0 = time.time(), time.process_time()
         if rank == 0:
             server_stats, recorder, written = _serve(comm, s, params, initial, ckpt, stop)
             stats = WorkerStats(rank=0, rows=0, produced=np.zeros(s.n_params))
@@ -270,8 +271,9 @@ def train(config: TrainConfig | dict | None = None, comm=None, _stop: StopSignal
             stats = _work(comm, s, params, rank - k, my_state, stop)
             server_stats = recorder = written = None
         wall = time.perf_counter() - t0
+        cpu = (time.process_time() - cpu0, process_started_at(), started_at)
         comm.Bcast(params, root=0)
-        summary = _finish(comm, s, params, initial, stats, server_stats, recorder, wall,
+        summary = _finish(comm, s, params, initial, stats, server_stats, recorder, wall, cpu,
                           {"resumed_from": resumed_from, "checkpoint": written[-1]["path"] if written else None,
                            "checkpoints_written": written,
                            "reshaped": ckpt.server.get("reshaped") if ckpt is not None else None,
@@ -459,15 +461,16 @@ def _work(comm, s: Setup, params: np.ndarray, w: int, state: dict | None, stop: 
                         fair_steps(config.epochs, s.train_rows, n_workers, config.batch_size))
     try:
         _, stats = run_worker(client, s.shard, params, plan, rng, rank, injector,
-                              schedule_for(config, n_workers), resume=state)
+                              schedule_for(config, n_workers), resume=state, step_time=config.step_time)
     finally:
         client.close()
     return stats
 
 
 def _finish(comm, s: Setup, params: np.ndarray, initial: np.ndarray, stats: WorkerStats, server_stats,
-            recorder: SnapshotRecorder | None, wall: float, run_info: dict) -> dict:
-    """Collective end of run: train loss from the shards, test metrics, summary on every rank."""
+            recorder: SnapshotRecorder | None, wall: float, cpu: tuple, run_info: dict) -> dict:
+    """Collective end of run: train loss from the shards, test metrics, summary on every rank.
+    `cpu`: this rank's process CPU seconds while training, process start and training start (epoch seconds)."""
     from mpi4py import MPI
 
     rank = comm.Get_rank()
@@ -476,11 +479,13 @@ def _finish(comm, s: Setup, params: np.ndarray, initial: np.ndarray, stats: Work
     else:
         shard_loss = (s.shard.loss_sum(params), s.shard.rows, s.shard.correct(params))
     losses = comm.gather(shard_loss, root=0)
-    worker_stats = comm.gather(stats.public(), root=0)
+    worker_stats = comm.gather({**stats.public(), "cpu_s": cpu[0]}, root=0)
+    clocks = comm.gather(cpu, root=0)
     produced = np.zeros_like(params) if rank == 0 else None
     comm.Reduce(stats.produced, produced, op=MPI.SUM, root=0)
     summary = None
     if rank == 0:
+        run_info = {**run_info, **cpu_fields(clocks, s.config.servers, wall)}
         summary = publish(s, params, initial, losses, worker_stats[s.config.servers:], produced, server_stats, wall,
                           recorder, run_info, MPI.Get_library_version().splitlines()[0], comm.Get_size())
     return comm.bcast(summary, root=0)
@@ -495,6 +500,9 @@ def publish(s: Setup, params: np.ndarray, initial: np.ndarray, losses: list, wor
     summary["scenario"] = s.config.scenario or describe_hetero(hetero_spec(s.config))
     summary.update(run_info)
     summary["stopped"] = bool(server_stats.stopped)
+    if summary.get("pacing_held") is False:
+        print(f"mpikanel: pacing not held: {summary['pacing_missed_share']:.0%} of steps computed longer than "
+              f"their modeled time (--step-time {s.config.step_time:g})", file=sys.stderr, flush=True)
     if server_stats.policy_report is not None:
         summary[s.config.sync] = server_stats.policy_report
     curve = _curve(s, recorder)

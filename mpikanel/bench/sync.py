@@ -295,7 +295,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--workers", type=int, nargs="+", default=None,
                         help="--engine sim: worker counts, one table set each (default: --ranks - 1)")
     parser.add_argument("--step-time", type=float, default=None,
-                        help="--engine sim: modeled seconds per step (default: measured by each run)")
+                        help="modeled seconds per step: --engine sim models every step so (default: measured by "
+                             "each run), --engine mpi paces the mpikanel.train workers (default: unpaced)")
     for key in ("synthetic-rows", "synthetic-features", "batch-size", "epochs"):
         parser.add_argument(f"--{key}", type=int, default=None, help=f"workload override (default {WORKLOAD[key]})")
     parser.add_argument("--snapshot-interval", type=float, default=None,
@@ -326,10 +327,11 @@ def run_command(args: argparse.Namespace, out: Path, scenario: str, model: str, 
     recipe = model_run(model, args.ranks)
     stem = f"{scenario}-{model.replace(':', '')}-lr{lr:g}-s{seed}"
     if args.engine == "sim":
-        launch = [sys.executable, "-m", "mpikanel.sim", "--workers", str(args.ranks - 1),
-                  *(("--step-time", f"{args.step_time:g}") if args.step_time else ())]
+        launch = [sys.executable, "-m", "mpikanel.sim", "--workers", str(args.ranks - 1)]
     else:
         launch = [find_mpiexec(), "-n", str(args.ranks), sys.executable, "-m", recipe.module]
+    if args.step_time and (args.engine == "sim" or recipe.module == "mpikanel.train"):
+        launch += ["--step-time", f"{args.step_time:g}"]
     cmd = [*launch, *recipe.flags,
            *_flags(workload), "--val-fraction", f"{args.val_fraction:g}", "--lr", f"{lr:g}", "--seed", str(seed),
            *_flags(SCENARIOS[scenario]), "--scenario", scenario, "--metrics", str(out / f"{stem}.h5"), "--quiet"]

@@ -15,6 +15,7 @@ from mpi4py import MPI
 
 from ..engine.follower_core import FollowerCore
 from ..hetero import ServerDelay, sleep_for
+from .waits import wait_some
 from ..engine.servermap import ServerMap
 from ..engine.messages import H, Op, Tag, control_ints
 from .server import Traffic, server_report
@@ -53,7 +54,7 @@ class FollowerServer:
             pool.ensure()       # a frame stays posted while one is free: any worker may push
             n = len(pool.requests)
             statuses: list[MPI.Status] = []
-            done = MPI.Request.Waitsome(pool.requests + [self._control_recv], statuses)
+            done = wait_some(pool.requests + [self._control_recv], statuses)
             t0 = time.perf_counter()
             pushed = [(i, st) for i, st in zip(done, statuses) if i < n]
             for w in pool.landed([i for i, _ in pushed], [st for _, st in pushed]):

@@ -34,6 +34,7 @@ from ..hetero import ServerDelay, sleep_for
 from ..engine.servermap import ServerMap
 from ..engine.sparse import capacity
 from ..summary import peak_rss_mb
+from .waits import wait_some
 from ..engine.messages import OP_INTS, Answer, Flag, Frame, H, M, Op, Tag, control_ints, write_answer
 
 __all__ = ["ParameterServer", "ReplySnapshots", "ServerStats"]
@@ -392,7 +393,7 @@ class ParameterServer:
 
     def _wait_some(self, requests: list[MPI.Request], statuses: list[MPI.Status]) -> list[int]:
         """Block inside MPI until some requests complete; their indices (statuses filled alike)."""
-        return MPI.Request.Waitsome(requests, statuses)
+        return wait_some(requests, statuses)
 
     def _answer_probe(self, w: int, queued: int) -> None:
         """Answer worker w's probe at once with what a push would meet now, and listen again."""

@@ -11,6 +11,7 @@ from ..engine.worker_core import ProbeAnswer, Reply
 from ..engine.servermap import ServerMap
 from ..engine.sparse import capacity, pack, payload_nbytes, use_sparse
 from ..engine.messages import PAYLOAD_OFFSET, Flag, Frame, H, M, Tag, read_answer
+from .waits import wait_all
 
 SERVER = 0      # decides for all servers: replies' headers, probes and resumable states go to it
 
@@ -202,7 +203,7 @@ class _Flight:
         return self.landed is not None
 
     def block(self) -> float:
-        """Wait inside MPI until landed (sleeping out a deferred send first); returns seconds blocked."""
+        """Wait until landed (sleeping out a deferred send first, then between tests); returns seconds blocked."""
         t0 = time.perf_counter()
         self.delayed_s = 0.0
         if self.landed is None:
@@ -210,7 +211,7 @@ class _Flight:
                 self.delayed_s = max(0.0, self.send_at - t0)
                 time.sleep(self.delayed_s)
                 self._send()
-            MPI.Request.Waitall(self.reqs)
+            wait_all(self.reqs)
             self.landed = time.perf_counter()
             return self.landed - t0
         return 0.0

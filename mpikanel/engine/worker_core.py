@@ -6,7 +6,9 @@ pass it yields an effect to its driver and gets the result back:
 
 * ``Compute(wall_s, cpu_s)`` after each step -> ``(compute_s, injected_s)``: the MPI driver
   sleeps the injected slowdown and returns the measured wall time; the simulator returns
-  its step-time model and advances its virtual clock;
+  its step-time model and advances its virtual clock; a paced MPI driver (``--step-time``)
+  answers ``(compute_s, slept_s, injected_s)``: the step lasted compute_s + slept_s, of which
+  injected_s came from the injected heterogeneity;
 * ``WAIT`` -> the Reply of the exchange in flight: the MPI driver blocks inside MPI, the
   simulator suspends the worker until the reply's arrival event;
 * ``PROBE_WAIT`` -> the ProbeAnswer of the probe in flight (ESP, before a push: at most one
@@ -145,6 +147,9 @@ class WorkerStats:
     comm_s: float = 0.0           # blocked in an exchange, not held by the policy
     wait_s: float = 0.0           # blocked while the server held the push (sync policy)
     injected_s: float = 0.0       # injected slowdown, pauses and blocking link delay
+    pacing_s: float = 0.0         # --step-time: slept to fill steps up to their modeled time, injection aside
+    paced_s: float = 0.0          # --step-time: the modeled steps' seconds (step time x rows/batch x factor + pauses)
+    pacing_missed: int = 0        # --step-time: steps whose compute outlasted their modeled time
     slowdown: float = 1.0
     exchanges_completed: int = 0
     skips: int = 0                # step boundaries where the worker chose not to communicate
@@ -563,12 +568,14 @@ def _step(w: _Worker, data: BoundModel, plan: StepPlan, idx: np.ndarray,
     data.step(w.local, idx, rate, plan.l2, scratch)
     if w.tracker is not None:
         w.tracker.add_rows(idx)
-    compute, slow = yield Compute(time.perf_counter() - t0, time.thread_time() - c0, int(idx.size))
+    compute, slow, *share = yield Compute(time.perf_counter() - t0, time.thread_time() - c0, int(idx.size))
+    injected = share[0] if share else slow
     st, stats = w.st, w.stats
     stats.steps += 1
     stats.samples += int(idx.size)
     stats.compute_s += compute
-    stats.injected_s += slow
+    stats.injected_s += injected
+    stats.pacing_s += slow - injected
     st.unsent_steps += 1
     st.unsent_samples += int(idx.size)
     st.unsent_compute_s += compute + slow

@@ -7,7 +7,7 @@ from ..config import build_parser, config_from_namespace
 from ..errors import InputError
 from .models import NetworkModel, ServerModel
 
-SIM_FLAGS = ("workers", "step_time", "replay", "sim_latency", "sim_bandwidth", "sim_server_push_s",
+SIM_FLAGS = ("workers", "replay", "sim_latency", "sim_bandwidth", "sim_server_push_s",
              "sim_server_bandwidth")
 
 
@@ -19,8 +19,6 @@ def parser():
                      "mpikanel.train, in one process. Time comes from the models below, not the machine.")
     g = p.add_argument_group("simulator")
     g.add_argument("--workers", type=int, default=4, help="simulated workers (default: 4)")
-    g.add_argument("--step-time", type=float, default=None, metavar="SECONDS",
-                   help="seconds per minibatch step (default: measured here for the model and batch size)")
     g.add_argument("--replay", metavar="METRICS", default=None,
                    help="per-worker step times (compute + injected) from a real run's --metrics file")
     g.add_argument("--sim-latency", type=float, default=NetworkModel.latency_s, metavar="SECONDS",
@@ -45,7 +43,7 @@ def main(argv: list[str] | None = None) -> int:
                 and sim["sim_server_bandwidth"] > 0):
             raise InputError("--sim-latency and --sim-server-push-s must be >= 0, bandwidths > 0")
         config = config_from_namespace(ns)
-        simulate(config, SimOptions(sim["workers"], sim["step_time"], sim["replay"],
+        simulate(config, SimOptions(sim["workers"], None, sim["replay"],
                                     NetworkModel(sim["sim_latency"], sim["sim_bandwidth"]),
                                     ServerModel(sim["sim_server_push_s"], sim["sim_server_bandwidth"])))
     except InputError as exc:

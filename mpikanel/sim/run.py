@@ -32,7 +32,7 @@ class SimOptions:
     """What the simulator models instead of measuring: worker count, step times, links, server."""
 
     workers: int
-    step_time: float | None = None        # seconds per minibatch step (None: measure here)
+    step_time: float | None = None        # seconds per minibatch step (None: the config's --step-time, else measured)
     replay: str | None = None             # per-worker step times from a real run's metrics file
     network: NetworkModel = NetworkModel()
     server: ServerModel = ServerModel()
@@ -64,6 +64,8 @@ def simulate(config: TrainConfig, opts: SimOptions) -> dict:
     params = np.ascontiguousarray(model.init(n_params, info.n_features, info.n_classes,
                                              np.random.default_rng([config.seed, 12345])), dtype=np.float64)
     initial = params.copy()
+    if opts.step_time is None and config.step_time is not None:
+        opts = dataclasses.replace(opts, step_time=config.step_time)
     step_s = _step_times(opts, shards[0], params, plan, config.seed, n)
 
     recorder = SnapshotRecorder(config.snapshot_interval)
