@@ -344,7 +344,7 @@ GROUPS: dict[str, tuple[str, ...]] = {
              "esp_probe", "esp_value", "esp_efficiency", "esp_value_high", "esp_lag", "psp_k_max",
              "psp_aggregate", "psp_estimator", "psp_objective", "psp_wait"),
     "budget": ("epochs", "budget", "time_budget", "max_steps"),
-    "heterogeneity": ("slowdown", "pause_prob", "pause_s", "link_delay", "link_bandwidth", "server_delay"),
+    "heterogeneity": ("step_time", "slowdown", "pause_prob", "pause_s", "link_delay", "link_bandwidth", "server_delay"),
     "checkpoints": ("checkpoint_dir", "checkpoint_every", "keep_checkpoints", "resume"),
     "output": ("summary_json", "save_model", "metrics", "snapshot_interval", "target_loss", "scenario", "progress",
                "quiet"),
@@ -354,7 +354,7 @@ _GROUP_TITLES = {
     "model": "model: what to train, and SGD",
     "sync": "sync: how workers and servers synchronize",
     "budget": "budget: how much work a run does",
-    "heterogeneity": "heterogeneity: injected stragglers, pauses, slow links, a congested server",
+    "heterogeneity": "heterogeneity: paced steps, injected stragglers, pauses, slow links, a congested server",
     "checkpoints": "checkpoints: periodic, on SIGTERM/SIGUSR1/SIGINT, and resume (a resume takes every setting not "
                    "given from the checkpoint)",
     "output": "output",
