@@ -165,7 +165,8 @@ def test_a_paced_run_lasts_its_modeled_steps_and_says_so(tmp_path):
     assert 0 < s["startup_s"] < 120
 
 
-def test_real_bsp_equals_simulated_bsp_bitwise(tmp_path):
+@pytest.mark.parametrize("schedule", [(), ("--lr-schedule", "cosine", "--warmup", "0.1")], ids=["constant", "cosine"])
+def test_real_bsp_equals_simulated_bsp_bitwise(schedule, tmp_path):
     import subprocess
     import sys
     import json
@@ -173,7 +174,7 @@ def test_real_bsp_equals_simulated_bsp_bitwise(tmp_path):
     from launch import clean_env, run_train
 
     flags = ["--synthetic-rows", "3000", "--epochs", "1", "--step-time", "0.002", "--slowdown", "1:3",
-             "--sync", "bsp", "--quiet"]
+             "--sync", "bsp", "--quiet", *schedule]
     proc, real = run_train(4, *flags, tmp_path=tmp_path)
     assert proc.returncode == 0, proc.stderr
     out = tmp_path / "sim.json"
