@@ -1,0 +1,20 @@
+"""Seventeen real ranks on two cores: paced workers (the CPU mostly sleeps, as beside an
+accelerator), so what the sync model decides shows, not which rank the machine ran first."""
+from launch import run_train
+
+PACED = ["--synthetic-rows", "20000", "--epochs", "2", "--step-time", "0.02", "--slowdown", "lognormal:0.5",
+         "--lr", "0.2"]
+
+
+def test_seventeen_paced_ranks_psp_waits_less_than_bsp_and_esp_psp_end_near_bsp(tmp_path):
+    runs = {}
+    for sync in ("bsp", "esp", "psp"):
+        proc, runs[sync] = run_train(17, "--sync", sync, *PACED, tmp_path=tmp_path, timeout=300)
+        assert proc.returncode == 0, proc.stderr
+        assert runs[sync]["workers"] == 16 and runs[sync]["samples"] == runs[sync]["samples_budget"]
+        assert runs[sync]["pacing_held"] is True, (sync, runs[sync]["pacing_missed_share"])
+    waits = {k: sum(w["wait_s"] for w in s["per_worker"]) for k, s in runs.items()}
+    assert waits["psp"] < 0.8 * waits["bsp"], waits
+    losses = {k: s["test_loss"] for k, s in runs.items()}
+    for sync in ("esp", "psp"):
+        assert losses[sync] <= 1.02 * losses["bsp"], losses
