@@ -133,6 +133,13 @@ def _descendants(pid: int) -> set[int]:
     return found
 
 
+def _parent(pid: int) -> int | None:
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
 def mpi_rank_of(pid: int) -> int | None:
     """The MPI rank a process was started as, from its own environment (None: not an MPI rank)."""
     try:
@@ -151,7 +158,7 @@ def rank_pids(launcher_pid: int, n: int, timeout: float) -> dict[int, int]:
     process's environment (PMI_RANK from MPICH's Hydra; Open MPI's names too), not guessed from pids."""
     deadline = time.time() + timeout
     while time.time() < deadline:
-        found = {}
+        candidates = {}
         for pid in _descendants(launcher_pid):
             try:
                 args = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
@@ -160,7 +167,10 @@ def rank_pids(launcher_pid: int, n: int, timeout: float) -> dict[int, int]:
             if b"mpikanel.train" in args and not any(a.endswith(b"mpiexec") for a in args[:1]):
                 rank = mpi_rank_of(pid)
                 if rank is not None:
-                    found[rank] = pid
+                    candidates[pid] = rank
+        # a rank's forked child (a library running a command) shows the rank's command line and
+        # environment until it execs, then ends: not the rank
+        found = {rank: pid for pid, rank in candidates.items() if _parent(pid) not in candidates}
         if sorted(found) == list(range(n)):
             return found
         time.sleep(0.2)
