@@ -31,6 +31,7 @@ class TrainConfig:
     permute_features: str = "off"
     staleness: float = 3.0
     model: str = "softmax"
+    input_shape: str | None = None
     hidden: int = 64
     activation: str = "relu"
     data: str = "synthetic"
@@ -208,6 +209,16 @@ def _validate(c: TrainConfig) -> None:
     if c.sparse_values not in ("binary", "tfidf") or c.sparse_nnz < 1 or not c.sparse_alpha > 0:
         raise InputError("--sparse-values must be binary or tfidf, --sparse-nnz >= 1 and --sparse-alpha > 0, got "
                          f"'{c.sparse_values}', {c.sparse_nnz} and {c.sparse_alpha}")
+    if c.input_shape is not None:
+        from .models.spec import parse_shape
+
+        parse_shape(c.input_shape)
+        if not c.model.startswith("py:"):
+            raise InputError(f"--input-shape is for py:FILE:FACTORY models, not {c.model}")
+    if c.model.startswith("py:"):
+        from .models.spec import split_spec
+
+        split_spec(c.model)
     for name in ("max_steps", "n_features", "synthetic_classes"):
         value = getattr(c, name)
         if value is not None and value < 1:
@@ -229,7 +240,11 @@ _HELP = {
                         "model is in the data's own feature order)",
     "staleness": "SSP staleness bound s (0 = BSP, inf = ASP)",
     "model": "model to train: logistic (binary), softmax, svm (one-vs-rest hinge), lsq (one-vs-rest "
-             "ridge on one-hot targets), mlp (one hidden layer), or a name given to register_model",
+             "ridge on one-hot targets), mlp (one hidden layer), a name given to register_model, or "
+             "py:FILE.py:FACTORY (FACTORY(n_features, n_classes, input_shape) returns a mpikanel.models."
+             "GradientModel or JaxModel)",
+    "input_shape": "py: models: reshape each row to C,H,W (any comma-separated shape whose product is the "
+                   "feature count, e.g. 1,28,28 for Fashion-MNIST) before the model sees it",
     "hidden": "mlp: hidden units",
     "activation": "mlp: hidden activation, relu or tanh",
     "data": "synthetic | synthetic-sparse | fashion-mnist | PATH (.npz or .h5 with X and y; else libsvm text)",
@@ -317,7 +332,7 @@ GROUPS: dict[str, tuple[str, ...]] = {
     "data": ("data", "data_dir", "test_data", "test_fraction", "val_fraction", "n_features", "synthetic_rows",
              "synthetic_features", "synthetic_classes", "sparse_nnz", "sparse_alpha", "sparse_values",
              "permute_features"),
-    "model": ("model", "hidden", "activation", "lr", "batch_size", "l2", "seed", "threads"),
+    "model": ("model", "input_shape", "hidden", "activation", "lr", "batch_size", "l2", "seed", "threads"),
     "sync": ("sync", "servers", "push", "staleness", "esp_rho", "esp_max_skip", "esp_busy_max", "esp_scale",
              "esp_probe", "esp_value", "esp_efficiency", "esp_value_low", "esp_value_high", "psp_k_max",
              "psp_aggregate", "psp_estimator", "psp_objective", "psp_wait"),
@@ -378,8 +393,21 @@ def _choices() -> dict[str, tuple[str, ...]]:
     return {"sync": SYNC_MODELS, "push": PUSH_MODES, "esp_scale": ESP_SCALES, "progress": ("auto", "on", "off"),
             "psp_aggregate": PSP_AGGREGATES, "budget": BUDGETS, "psp_wait": PSP_WAITS,
             "psp_estimator": PSP_ESTIMATORS, "psp_objective": PSP_OBJECTIVES, "esp_probe": ON_OFF,
-            "esp_value": ON_OFF, "esp_efficiency": ON_OFF, "permute_features": ON_OFF, "model": tuple(KERNELS),
+            "esp_value": ON_OFF, "esp_efficiency": ON_OFF, "permute_features": ON_OFF, "model": _ModelChoices(KERNELS),
             "activation": ("relu", "tanh")}
+
+
+class _ModelChoices(tuple):
+    """The registered model names, plus any ``py:FILE.py:FACTORY`` spec (argparse checks `in`)."""
+
+    def __new__(cls, names) -> "_ModelChoices":
+        return super().__new__(cls, tuple(names))
+
+    def __contains__(self, value: object) -> bool:
+        return (isinstance(value, str) and value.startswith("py:")) or tuple.__contains__(self, value)
+
+    def __iter__(self):
+        return iter((*tuple.__iter__(self), "py:FILE.py:FACTORY"))
 
 
 def build_parser(prog: str = "python -m mpikanel.train", print_errors: bool = True) -> argparse.ArgumentParser:
