@@ -1,8 +1,10 @@
 """A small LeNet-like CNN in JAX, trained on the parameter server under any sync model.
 
     pip install -e '.[jax]'
-    # synthetic 10-class data, each row of 100 features seen as a 1x10x10 image
-    mpiexec -n 4 python -m mpikanel.train --model py:examples/jax_cnn.py:make_model --input-shape 1,10,10 --lr 0.05
+    # a synthetic image problem: 10 classes of 3x3 patterns at random places in noisy 12x12 images
+    python examples/jax_cnn.py --write-images shapes.npz
+    mpiexec -n 4 python -m mpikanel.train --data shapes.npz --model py:examples/jax_cnn.py:make_model \
+        --input-shape 1,12,12 --lr 0.1
     # Fashion-MNIST (Debian's dataset-fashion-mnist), BSP on 4 workers
     mpiexec -n 5 python -m mpikanel.train --data fashion-mnist --model py:examples/jax_cnn.py:make_model \\
         --input-shape 1,28,28 --lr 0.05 --epochs 5 --save-model cnn.h5
@@ -20,6 +22,8 @@ import jax
 import jax.numpy as jnp
 
 from mpikanel.models import JaxModel
+
+import argparse
 
 CONV = ((8, 5), (16, 5))    # (channels, kernel size) per conv layer
 HIDDEN = 128
@@ -79,3 +83,29 @@ def make_model(n_features: int, n_classes: int, input_shape: tuple[int, ...] | N
     return JaxModel(apply, params, cross_entropy,
                     init=lambda d, C, rng: init_params(shape, n_classes, rng),
                     description=f"LeNet-like CNN on {'x'.join(map(str, shape))} images")
+
+
+def synthetic_images(rows: int, side: int = 12, n_classes: int = 10, noise: float = 0.3,
+                     seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """Rows of flattened side x side images: class k is its own random 3x3 pattern, placed anywhere, in noise."""
+    rng = np.random.default_rng(seed)
+    patterns = rng.choice([-1.0, 1.0], size=(n_classes, 3, 3))
+    y = rng.integers(0, n_classes, rows)
+    X = rng.normal(0.0, noise, (rows, side, side))
+    at = rng.integers(0, side - 2, (rows, 2))
+    for i in range(rows):
+        r, c = at[i]
+        X[i, r:r + 3, c:c + 3] += patterns[y[i]]
+    return X.reshape(rows, side * side).astype(np.float32), y.astype(np.int64)
+
+
+if __name__ == "__main__":
+    cli = argparse.ArgumentParser(description="Write the synthetic image problem as an .npz (X, y).")
+    cli.add_argument("--write-images", metavar="NPZ", required=True)
+    cli.add_argument("--rows", type=int, default=20000)
+    cli.add_argument("--side", type=int, default=12)
+    cli.add_argument("--seed", type=int, default=0)
+    a = cli.parse_args()
+    X, y = synthetic_images(a.rows, a.side, seed=a.seed)
+    np.savez(a.write_images, X=X, y=y)
+    print(f"{a.write_images}: {a.rows} images {a.side}x{a.side}, 10 classes")
