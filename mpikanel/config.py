@@ -302,8 +302,8 @@ _HELP = {
     "link_bandwidth": "slow link: RANK:BYTES_PER_S[,...] bandwidth cap of messages to the server",
     "server_delay": "congested server: service SECONDS added to every push the server handles, or "
                     "lognormal:MEAN:SIGMA (seeded draw per push)",
-    "threads": "compute threads per worker for BLAS and numba parallel code (the built-in kernels are "
-               "serial: ranks are the parallelism); numba can use at most NUMBA_NUM_THREADS (export it "
+    "threads": "compute threads per worker for BLAS, numba parallel code and a py: model's JAX (XLA) pool "
+               "(the built-in kernels are serial: ranks are the parallelism); numba can use at most NUMBA_NUM_THREADS (export it "
                "before launching to allow more); the summary records what took effect",
     "metrics": "write the metrics file (HDF5: loss-vs-time curve, per-worker timings) to this path",
     "snapshot_interval": "seconds between parameter snapshots for the loss-vs-time curve",
