@@ -160,3 +160,21 @@ def test_example_cnn_has_over_100k_parameters_and_learns_a_batch():
     for _ in range(20):
         bound.step(w, np.arange(32, dtype=np.int64), 0.05, 0.0, bound.scratch())
     assert bound.loss_sum(w) < 0.8 * before          # memorizing 32 random labels: 77 -> 53
+
+
+def test_correct_after_loss_sum_reuses_the_forward_pass_only_for_the_same_parameters():
+    calls = []
+    X, y = _data(n=30)
+    base = model_from_spec(LOGISTIC, 6, 2)
+
+    def predict(w, Xb):
+        calls.append(len(Xb))
+        return base.predict(w, Xb)
+
+    gm = GradientModel(base.init, base.grad, base.loss, predict)
+    bound = bind(gm.as_model("py:x.py:f", 6, 2), X, y, 2)
+    w = np.random.default_rng(4).normal(size=7)
+    bound.loss_sum(w)
+    assert bound.correct(w) == int((base.predict(w, X) == y).sum()) and calls == [30]
+    w[0] += 1.0                                        # changed in place: evaluated again
+    assert bound.correct(w) == int((base.predict(w, X) == y).sum()) and calls == [30, 30]

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import Callable, Sequence
 
+import hashlib
+
 import numpy as np
 
 #: rows per call when a loss or prediction covers a whole block (bounds the framework's memory)
@@ -39,6 +41,10 @@ class GradientModel:
         w = self.init(n_features, n_classes, rng) if callable(self.init) else self.init
         return np.array(w, dtype=np.float64).ravel()
 
+    def evaluate(self, w: np.ndarray, X: np.ndarray, y: np.ndarray) -> tuple[float, np.ndarray]:
+        """Mean loss and class indices of the rows (adapters override it with one forward pass)."""
+        return float(self.loss(w, X, y)), np.asarray(self.predict(w, X))
+
     def set_threads(self, n: int) -> None:
         """Limit the framework's compute threads to n (plain numpy models: nothing to do)."""
 
@@ -49,9 +55,11 @@ class GradientModel:
 
         size = self.initial(n_features, n_classes, np.random.default_rng(0)).size
         shape = (-1, *input_shape) if input_shape else None
+        memo = _Memo()
         sized: Callable[[int, int], int] = lambda d, C: size    # noqa: E731  fixed by the factory
         return Model(name=name, min_classes=1, max_classes=None, n_params=sized, scratch_size=sized,
-                     sgd_step=_Step(self, shape), loss_sum=_LossSum(self, shape), predict=_Predict(self, shape),
+                     sgd_step=_Step(self, shape), loss_sum=_LossSum(self, shape, memo),
+                     predict=_Predict(self, shape, memo),
                      n_weights=sized, init=lambda n, d, C, rng: self.initial(d, C, rng),
                      compiled=False, source=self, description=self.description)
 
@@ -78,27 +86,46 @@ class _Step:
         w -= s
 
 
+class _Memo:
+    """The classes the last loss_sum found, for the correct() that follows it on the same rows and w:
+    evaluation asks for both, and a network's forward pass over a test set is the expensive part."""
+
+    def __init__(self) -> None:
+        self.key: tuple | None = None
+        self.classes: np.ndarray | None = None
+
+    @staticmethod
+    def key_of(w: np.ndarray, X: np.ndarray) -> tuple:
+        return (X.__array_interface__["data"][0], X.shape, hashlib.blake2b(np.ascontiguousarray(w).data).digest())
+
+
 class _LossSum:
     """loss_sum(w, X, y, C): the sum of per-row losses, from the model's mean loss over blocks of rows."""
 
-    def __init__(self, gm: GradientModel, shape: tuple[int, ...] | None) -> None:
-        self.gm, self.shape = gm, shape
+    def __init__(self, gm: GradientModel, shape: tuple[int, ...] | None, memo: _Memo | None = None) -> None:
+        self.gm, self.shape, self.memo = gm, shape, memo
 
     def __call__(self, w, X, y, n_classes) -> float:
-        total, step = 0.0, self.gm.eval_rows
+        total, step, parts = 0.0, self.gm.eval_rows, []
         for a in range(0, X.shape[0], step):
             rows = X[a:a + step]
-            total += float(self.gm.loss(w, _rows(rows, self.shape), y[a:a + step])) * rows.shape[0]
+            loss, classes = self.gm.evaluate(w, _rows(rows, self.shape), y[a:a + step])
+            total += float(loss) * rows.shape[0]
+            parts.append(np.asarray(classes).reshape(-1))
+        if self.memo is not None and parts:
+            self.memo.key, self.memo.classes = _Memo.key_of(w, X), np.concatenate(parts).astype(np.int32)
         return total
 
 
 class _Predict:
     """predict(w, X, C): class indices (int32), over blocks of rows."""
 
-    def __init__(self, gm: GradientModel, shape: tuple[int, ...] | None) -> None:
-        self.gm, self.shape = gm, shape
+    def __init__(self, gm: GradientModel, shape: tuple[int, ...] | None, memo: _Memo | None = None) -> None:
+        self.gm, self.shape, self.memo = gm, shape, memo
 
     def __call__(self, w, X, n_classes) -> np.ndarray:
+        if self.memo is not None and self.memo.key is not None and self.memo.key == _Memo.key_of(w, X):
+            return self.memo.classes.copy()
         step = self.gm.eval_rows
         parts = [np.asarray(self.gm.predict(w, _rows(X[a:a + step], self.shape))).reshape(-1)
                  for a in range(0, X.shape[0], step)]

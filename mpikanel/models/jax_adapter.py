@@ -45,6 +45,7 @@ class JaxModel(GradientModel):
         self._value_and_grad = jax.jit(jax.value_and_grad(mean_loss))
         self._loss = jax.jit(mean_loss)
         self._classes = jax.jit(classes)
+        self._both = jax.jit(lambda p, X, y: (mean_loss(p, X, y), classes(p, X)))
         self._jnp = jnp
 
         def start(n_features: int, n_classes: int, rng: np.random.Generator) -> np.ndarray:
@@ -70,6 +71,11 @@ class JaxModel(GradientModel):
     def loss(self, w: np.ndarray, X: np.ndarray, y: np.ndarray) -> float:
         """Mean loss over the rows."""
         return float(self._loss(self._params(w), X, y))
+
+    def evaluate(self, w: np.ndarray, X: np.ndarray, y: np.ndarray) -> tuple[float, np.ndarray]:
+        """Mean loss and class indices in one jitted call (XLA shares the forward pass)."""
+        value, classes = self._both(self._params(w), X, y)
+        return float(value), np.asarray(classes)
 
     def predict(self, w: np.ndarray, X: np.ndarray) -> np.ndarray:
         """Class index per row (argmax of the logits; one logit: > 0)."""
