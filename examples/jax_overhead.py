@@ -31,15 +31,18 @@ import jax_cnn  # noqa: E402
 from mpikanel.kernels.base import bind  # noqa: E402
 
 
-def per_step(fn, steps: int, repeats: int = 3) -> float:
-    """Best-of-repeats mean seconds per call of fn over `steps` calls (after one warm call)."""
-    fn()
-    best = float("inf")
+def per_step(fns: dict, steps: int, repeats: int = 5) -> dict[str, float]:
+    """Best-of-repeats mean seconds per call of each fn over `steps` calls, the fns interleaved
+    round by round so that a neighbour's load hits them alike (after one warm call each)."""
+    for fn in fns.values():
+        fn()
+    best = {name: float("inf") for name in fns}
     for _ in range(repeats):
-        t = time.perf_counter()
-        for _ in range(steps):
-            fn()
-        best = min(best, (time.perf_counter() - t) / steps)
+        for name, fn in fns.items():
+            t = time.perf_counter()
+            for _ in range(steps):
+                fn()
+            best[name] = min(best[name], (time.perf_counter() - t) / steps)
     return best
 
 
@@ -89,11 +92,12 @@ def main() -> None:
         base[:] = server
 
     cpu0, wall0 = time.process_time(), time.perf_counter()
-    t_alone = per_step(alone, a.steps)
+    for _ in range(a.steps):
+        alone()
     cpu_share = (time.process_time() - cpu0) / (time.perf_counter() - wall0)
-    t_adapter = per_step(adapter, a.steps)
-    t_ps = per_step(ps, a.steps)
-    print(f"CNN: {n:,} parameters, batch {a.batch}, {a.steps} steps x 3, load {os.getloadavg()}")
+    t = per_step({"alone": alone, "adapter": adapter, "ps": ps}, a.steps)
+    t_alone, t_adapter, t_ps = t["alone"], t["adapter"], t["ps"]
+    print(f"CNN: {n:,} parameters, batch {a.batch}, best of 5 x {a.steps} steps, load {os.getloadavg()}")
     print(f"alone    {t_alone * 1e3:8.3f} ms/step  (CPU time / wall {cpu_share:.2f}: threads busy)")
     print(f"adapter  {t_adapter * 1e3:8.3f} ms/step  ({(t_adapter - t_alone) / t_alone:+.1%} vs alone)")
     print(f"ps       {t_ps * 1e3:8.3f} ms/push  ({t_ps / t_alone:.1%} of a step alone)")

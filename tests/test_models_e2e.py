@@ -121,8 +121,10 @@ def test_jax_cnn_trains_with_two_servers_and_its_saved_model_predicts_as_reporte
 @needs_jax
 @pytest.mark.skipif(not (FASHION / "train-images-idx3-ubyte.gz").exists(),
                     reason="Fashion-MNIST is not installed (apt-get install dataset-fashion-mnist)")
+@pytest.mark.timeout(600)
 def test_jax_cnn_on_fashion_mnist_images(tmp_path):
+    # the evaluation dominates: the network's forward pass over 60k training and 10k test images
     proc, s = run_train(3, "--data", "fashion-mnist", "--model", CNN, "--input-shape", "1,28,28", "--lr", "0.05",
-                        "--max-steps", "60", "--progress", "off", tmp_path=tmp_path, timeout=280)
+                        "--max-steps", "60", "--progress", "off", tmp_path=tmp_path, timeout=580)
     assert proc.returncode == 0, proc.stderr
     assert s["test_accuracy"] > 0.5, s["test_accuracy"]           # 120 steps of 64 images; chance is 0.1
