@@ -393,7 +393,8 @@ def _choices() -> dict[str, tuple[str, ...]]:
     return {"sync": SYNC_MODELS, "push": PUSH_MODES, "esp_scale": ESP_SCALES, "progress": ("auto", "on", "off"),
             "psp_aggregate": PSP_AGGREGATES, "budget": BUDGETS, "psp_wait": PSP_WAITS,
             "psp_estimator": PSP_ESTIMATORS, "psp_objective": PSP_OBJECTIVES, "esp_probe": ON_OFF,
-            "esp_value": ON_OFF, "esp_efficiency": ON_OFF, "permute_features": ON_OFF, "model": _ModelChoices(KERNELS),
+            "esp_value": ON_OFF, "esp_efficiency": ON_OFF, "permute_features": ON_OFF,
+            "model": _ModelChoices(KERNELS),
             "activation": ("relu", "tanh")}
 
 

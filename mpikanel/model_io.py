@@ -199,7 +199,8 @@ class TrainedModel:
             if not isinstance(Xd, np.ndarray):
                 raise InputError(f"{self.model}: py: models take dense rows")
             shape = (-1, *self.input_shape) if self.input_shape else None
-            return self.classes_[_Predict(self.gradient_model, shape)(self.params, np.ascontiguousarray(Xd, dtype=np.float32), len(self.classes_))]
+            rows = np.ascontiguousarray(Xd, dtype=np.float32)
+            return self.classes_[_Predict(self.gradient_model, shape)(self.params, rows, len(self.classes_))]
         z = self.decision_function(X)
         return self.classes_[(z > 0).astype(np.int64) if z.ndim == 1 else np.argmax(z, axis=1)]
 

@@ -116,7 +116,8 @@ def model_for(config: TrainConfig, info: DataInfo | None = None) -> Model:
         return get_model(config.model, hidden=config.hidden, activation=config.activation)
     from .models import model_from_spec, parse_shape
 
-    assert info is not None, "a py: model needs the data's shape"
+    if info is None:
+        raise ValueError("a py: model is built for a data shape: pass info")
     shape = parse_shape(config.input_shape)
     if shape is not None and int(np.prod(shape)) != info.n_features:
         raise InputError(f"--input-shape {config.input_shape} holds {int(np.prod(shape))} values, "

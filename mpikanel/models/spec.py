@@ -1,4 +1,4 @@
-"""``--model py:FILE.py:FACTORY``: a model from a user's Python file, built by FACTORY(n_features, n_classes, input_shape)."""
+"""``--model py:FILE.py:FACTORY``: a model from a user's Python file, FACTORY(n_features, n_classes, input_shape)."""
 from __future__ import annotations
 
 import hashlib
