@@ -128,3 +128,16 @@ def test_jax_cnn_on_fashion_mnist_images(tmp_path):
                         "--max-steps", "60", "--progress", "off", tmp_path=tmp_path, timeout=580)
     assert proc.returncode == 0, proc.stderr
     assert s["test_accuracy"] > 0.5, s["test_accuracy"]           # 120 steps of 64 images; chance is 0.1
+
+
+def test_numpy_model_resumes_on_another_worker_count_and_server_count(tmp_path):
+    ck = tmp_path / "ck"
+    proc, full = run_train(4, *LOG_RUN, "--sync", "ssp", "--checkpoint-dir", str(ck), "--checkpoint-every", "30steps",
+                           "--keep-checkpoints", "10", tmp_path=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    first = checkpoints(ck)[0]
+    proc, s = run_train(4, *LOG_RUN, "--sync", "ssp", "--servers", "2", "--resume", str(first), tmp_path=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert s["reshaped"]["ranks"] == 4 and s["workers"] == 2 and s["model"] == LOGISTIC
+    assert s["samples"] + s["reshaped"]["samples_before"] == s["samples_budget"] == full["samples_budget"]
+    assert s["delta_sum_rel_error"] < 1e-9 and s["test_accuracy"] > 0.75
