@@ -127,6 +127,7 @@ def test_jax_gradient_equals_finite_differences():
     assert w.size == 5 * 4 + 4 + 4 * 3 + 3 == gm.n_params
     g, value = gm.grad(w, X, y)
     assert value == pytest.approx(gm.loss(w, X, y), rel=1e-6)
+    np.testing.assert_allclose(gm.step_gradient(w, X, y), g, rtol=1e-6, atol=1e-7)
     eps = 1e-2
     fd = np.empty_like(w)
     for j in range(w.size):

@@ -41,6 +41,10 @@ class GradientModel:
         w = self.init(n_features, n_classes, rng) if callable(self.init) else self.init
         return np.array(w, dtype=np.float64).ravel()
 
+    def step_gradient(self, w: np.ndarray, X: np.ndarray, y: np.ndarray) -> np.ndarray:
+        """The mean gradient alone, for the SGD step (adapters override it to skip the loss)."""
+        return self.grad(w, X, y)[0]
+
     def evaluate(self, w: np.ndarray, X: np.ndarray, y: np.ndarray) -> tuple[float, np.ndarray]:
         """Mean loss and class indices of the rows (adapters override it with one forward pass)."""
         return float(self.loss(w, X, y)), np.asarray(self.predict(w, X))
@@ -78,7 +82,7 @@ class _Step:
     def __call__(self, w, X, y, idx, lr, l2, n_classes, scratch) -> None:
         if idx.shape[0] == 0:
             return
-        g, _ = self.gm.grad(w, _rows(X[idx], self.shape), y[idx])
+        g = self.gm.step_gradient(w, _rows(X[idx], self.shape), y[idx])
         s = scratch[: w.shape[0]]
         np.multiply(w, l2, out=s)
         s += np.asarray(g).reshape(-1)

@@ -43,6 +43,7 @@ class JaxModel(GradientModel):
             return jnp.argmax(z, axis=-1).astype(jnp.int32)
 
         self._value_and_grad = jax.jit(jax.value_and_grad(mean_loss))
+        self._grad = jax.jit(jax.grad(mean_loss))
         self._loss = jax.jit(mean_loss)
         self._classes = jax.jit(classes)
         self._both = jax.jit(lambda p, X, y: (mean_loss(p, X, y), classes(p, X)))
@@ -67,6 +68,10 @@ class JaxModel(GradientModel):
         """Mean gradient over the rows (a float32 numpy view of JAX's result) and their mean loss."""
         value, g = self._value_and_grad(self._params(w), X, y)
         return np.asarray(g), float(value)
+
+    def step_gradient(self, w: np.ndarray, X: np.ndarray, y: np.ndarray) -> np.ndarray:
+        """The mean gradient without the loss (what the worker's step uses)."""
+        return np.asarray(self._grad(self._params(w), X, y))
 
     def loss(self, w: np.ndarray, X: np.ndarray, y: np.ndarray) -> float:
         """Mean loss over the rows."""
