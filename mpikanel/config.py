@@ -33,6 +33,7 @@ class TrainConfig:
     staleness: float = 3.0
     staleness_lr: str = "off"
     model: str = "softmax"
+    input_shape: str | None = None
     hidden: int = 64
     activation: str = "relu"
     data: str = "synthetic"
@@ -219,6 +220,16 @@ def _validate(c: TrainConfig) -> None:
     if c.sparse_values not in ("binary", "tfidf") or c.sparse_nnz < 1 or not c.sparse_alpha > 0:
         raise InputError("--sparse-values must be binary or tfidf, --sparse-nnz >= 1 and --sparse-alpha > 0, got "
                          f"'{c.sparse_values}', {c.sparse_nnz} and {c.sparse_alpha}")
+    if c.input_shape is not None:
+        from .models.spec import parse_shape
+
+        parse_shape(c.input_shape)
+        if not c.model.startswith("py:"):
+            raise InputError(f"--input-shape is for py:FILE:FACTORY models, not {c.model}")
+    if c.model.startswith("py:"):
+        from .models.spec import split_spec
+
+        split_spec(c.model)
     for name in ("max_steps", "n_features", "synthetic_classes"):
         value = getattr(c, name)
         if value is not None and value < 1:
@@ -243,7 +254,11 @@ _HELP = {
                     "since its base) or gap (1/(1+G), G = how far the parameters moved since its base in typical "
                     "updates); what is damped away is kept in the run's unapplied sum",
     "model": "model to train: logistic (binary), softmax, svm (one-vs-rest hinge), lsq (one-vs-rest "
-             "ridge on one-hot targets), mlp (one hidden layer), or a name given to register_model",
+             "ridge on one-hot targets), mlp (one hidden layer), a name given to register_model, or "
+             "py:FILE.py:FACTORY (FACTORY(n_features, n_classes, input_shape) returns a mpikanel.models."
+             "GradientModel or JaxModel)",
+    "input_shape": "py: models: reshape each row to C,H,W (any comma-separated shape whose product is the "
+                   "feature count, e.g. 1,28,28 for Fashion-MNIST) before the model sees it",
     "hidden": "mlp: hidden units",
     "activation": "mlp: hidden activation, relu or tanh",
     "data": "synthetic | synthetic-sparse | fashion-mnist | PATH (.npz or .h5 with X and y; else libsvm text)",
@@ -309,8 +324,8 @@ _HELP = {
     "link_bandwidth": "slow link: RANK:BYTES_PER_S[,...] bandwidth cap of messages to the server",
     "server_delay": "congested server: service SECONDS added to every push the server handles, or "
                     "lognormal:MEAN:SIGMA (seeded draw per push)",
-    "threads": "compute threads per worker for BLAS and numba parallel code (the built-in kernels are "
-               "serial: ranks are the parallelism); numba can use at most NUMBA_NUM_THREADS (export it "
+    "threads": "compute threads per worker for BLAS, numba parallel code and a py: model's JAX (XLA) pool "
+               "(the built-in kernels are serial: ranks are the parallelism); numba can use at most NUMBA_NUM_THREADS (export it "
                "before launching to allow more); the summary records what took effect",
     "metrics": "write the metrics file (HDF5: loss-vs-time curve, per-worker timings) to this path",
     "snapshot_interval": "seconds between parameter snapshots for the loss-vs-time curve",
@@ -339,7 +354,8 @@ GROUPS: dict[str, tuple[str, ...]] = {
     "data": ("data", "data_dir", "test_data", "test_fraction", "val_fraction", "n_features", "synthetic_rows",
              "synthetic_features", "synthetic_classes", "sparse_nnz", "sparse_alpha", "sparse_values",
              "permute_features"),
-    "model": ("model", "hidden", "activation", "lr", "lr_schedule", "warmup", "batch_size", "l2", "seed", "threads"),
+    "model": ("model", "input_shape", "hidden", "activation", "lr", "lr_schedule", "warmup", "batch_size", "l2", "seed",
+              "threads"),
     "sync": ("sync", "servers", "push", "staleness", "staleness_lr", "esp_rho", "esp_max_skip", "esp_scale",
              "esp_probe", "esp_value", "esp_efficiency", "esp_value_high", "esp_lag", "psp_k_max",
              "psp_aggregate", "psp_estimator", "psp_objective", "psp_wait"),
@@ -400,8 +416,22 @@ def _choices() -> dict[str, tuple[str, ...]]:
     return {"sync": SYNC_MODELS, "push": PUSH_MODES, "esp_scale": ESP_SCALES, "progress": ("auto", "on", "off"),
             "psp_aggregate": PSP_AGGREGATES, "budget": BUDGETS, "psp_wait": PSP_WAITS,
             "psp_estimator": PSP_ESTIMATORS, "psp_objective": PSP_OBJECTIVES, "esp_probe": ON_OFF,
-            "esp_value": ON_OFF, "esp_efficiency": ON_OFF, "permute_features": ON_OFF, "model": tuple(KERNELS),
-            "activation": ("relu", "tanh"), "lr_schedule": LR_SCHEDULES, "staleness_lr": DAMPINGS}
+            "esp_value": ON_OFF, "esp_efficiency": ON_OFF, "permute_features": ON_OFF,
+            "model": _ModelChoices(KERNELS), "activation": ("relu", "tanh"), "lr_schedule": LR_SCHEDULES,
+            "staleness_lr": DAMPINGS}
+
+
+class _ModelChoices(tuple):
+    """The registered model names, plus any ``py:FILE.py:FACTORY`` spec (argparse checks `in`)."""
+
+    def __new__(cls, names) -> "_ModelChoices":
+        return super().__new__(cls, tuple(names))
+
+    def __contains__(self, value: object) -> bool:
+        return (isinstance(value, str) and value.startswith("py:")) or tuple.__contains__(self, value)
+
+    def __iter__(self):
+        return iter((*tuple.__iter__(self), "py:FILE.py:FACTORY"))
 
 
 def build_parser(prog: str = "python -m mpikanel.train", print_errors: bool = True) -> argparse.ArgumentParser:

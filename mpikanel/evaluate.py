@@ -16,6 +16,9 @@ import numpy as np
 
 LINEAR_UNITS = {"logistic": 1, "softmax": None, "svm": None, "lsq": None}   # None: one unit per class
 BLOCK = 16          # snapshots per matrix product (bounds the n x units x BLOCK score block)
+#: curve points of a py: model (mpikanel.models): each is a forward pass of the network over the
+#: whole test set, so a run's 0.25 s snapshots are thinned to this many, evenly spread
+PYTHON_POINTS = 8
 
 
 def curve_of(snapshots: list, rows_by_prefix: dict, hidden: int = 64, activation: str = "relu") -> dict:
@@ -24,6 +27,8 @@ def curve_of(snapshots: list, rows_by_prefix: dict, hidden: int = 64, activation
     from .metrics import evaluate_curve
 
     snaps = list(snapshots)
+    if any(rows is not None and not rows.model.compiled for rows in rows_by_prefix.values()):
+        snaps = thin(snaps, PYTHON_POINTS)
     curve = evaluate_curve(snaps, lambda p: 0.0, None)
     for prefix, rows in rows_by_prefix.items():
         if rows is None or not rows.rows:
@@ -38,6 +43,14 @@ def curve_of(snapshots: list, rows_by_prefix: dict, hidden: int = 64, activation
             part[f"{prefix}_loss"], part[f"{prefix}_accuracy"] = fast
         curve.update(part)
     return curve
+
+
+def thin(snaps: list, most: int) -> list:
+    """At most `most` snapshots, evenly spread, the first and the last kept."""
+    if len(snaps) <= most:
+        return snaps
+    keep = np.unique(np.round(np.linspace(0, len(snaps) - 1, most)).astype(np.int64))
+    return [snaps[i] for i in keep]
 
 
 def snapshot_metrics(model: str, X, y: np.ndarray, n_classes: int, params: list[np.ndarray],

@@ -3,7 +3,8 @@
 Layout of a model file (``--save-model PATH``, :func:`export_checkpoint`):
   attrs     format "mpikanel-model", schema, mpikanel version, model (name), hidden, activation,
             n_features, classes (JSON list of the original label values, class index order),
-            config (JSON of the run's TrainConfig)
+            config (JSON of the run's TrainConfig); factory (``py:`` models only: ``py:/ABS/FILE.py:FACTORY``,
+            which load_model imports again to rebuild the model)
   /params   the final global parameters (float64), in the kernels' layout (see
             ``mpikanel/kernels/_linear.py`` and ``mlp.py``)
 
@@ -45,6 +46,10 @@ def save_model(path: str | Path, params: np.ndarray, config: dict, n_features: i
                            hidden=int(config.get("hidden", 64)), activation=str(config.get("activation", "relu")),
                            n_features=int(n_features), classes=json.dumps([_plain(c) for c in classes]),
                            config=json.dumps(config, default=str))
+            if str(config["model"]).startswith("py:"):
+                from .models.spec import absolute_spec
+
+                f.attrs["factory"] = absolute_spec(str(config["model"]))
             f.create_dataset("params", data=np.asarray(params, dtype=np.float64))
         os.replace(tmp, p)
     except OSError as exc:
@@ -57,8 +62,11 @@ def _plain(value: Any) -> Any:
     return value.item() if isinstance(value, np.generic) else value
 
 
-def load_model(path: str | Path) -> "TrainedModel":
-    """Read a model file written by ``--save-model`` (or exported from a checkpoint)."""
+def load_model(path: str | Path, factory: str | None = None) -> "TrainedModel":
+    """Read a model file written by ``--save-model`` (or exported from a checkpoint).
+
+    A ``py:`` model is rebuilt by importing its factory again: the file it records, or `factory`
+    (``py:FILE.py:FACTORY``) when the file has moved."""
     import h5py
 
     p = Path(path)
@@ -74,7 +82,7 @@ def load_model(path: str | Path) -> "TrainedModel":
                 raise InputError(f"{p}: model schema {a.get('schema')}, this mpikanel reads schema {SCHEMA}")
             return TrainedModel(f["params"][()], str(a["model"]), int(a["n_features"]),
                                 tuple(json.loads(a["classes"])), int(a["hidden"]), str(a["activation"]),
-                                json.loads(a["config"]))
+                                json.loads(a["config"]), factory=factory or a.get("factory"))
     except InputError:
         raise
     except (OSError, KeyError, ValueError, TypeError) as exc:
@@ -113,7 +121,11 @@ class TrainedModel:
     probabilities (logistic, softmax, mlp), ``predict_proba``; attributes ``classes_``, ``n_features_in_``."""
 
     def __init__(self, params: np.ndarray, model: str, n_features: int, classes: tuple, hidden: int = 64,
-                 activation: str = "relu", config: dict | None = None) -> None:
+                 activation: str = "relu", config: dict | None = None, factory: str | None = None) -> None:
+        self.gradient_model = None
+        if model.startswith("py:"):
+            self._init_python(params, model, n_features, classes, config, factory or model)
+            return
         if model not in LINEAR and model != "mlp":
             raise InputError(f"model {model!r}: only the built-in models ({', '.join(LINEAR)}, mlp) can be "
                              f"loaded without their kernels")
@@ -137,6 +149,21 @@ class TrainedModel:
                 raise InputError(f"{model}: {self.params.size} parameters do not fit {d} features and {C} classes")
             self.W, self.b = self.params[:d * U].reshape(d, U), self.params[d * U:]
 
+    def _init_python(self, params: np.ndarray, model: str, n_features: int, classes: tuple, config: dict | None,
+                     factory: str) -> None:
+        """A ``py:`` model: its GradientModel rebuilt by the factory, rows reshaped as in training."""
+        from .models import model_from_spec, parse_shape
+
+        self.model, self.n_features_in_, self.config = model, int(n_features), dict(config or {})
+        self.classes_ = np.asarray(classes)
+        self.params = np.asarray(params, dtype=np.float64)
+        self.input_shape = parse_shape(self.config.get("input_shape"))
+        self.gradient_model = model_from_spec(str(factory), self.n_features_in_, len(classes), self.input_shape,
+                                              threads=int(self.config.get("threads", 1)))
+        size = self.gradient_model.initial(self.n_features_in_, len(classes), np.random.default_rng(0)).size
+        if size != self.params.size:
+            raise InputError(f"{model}: the factory builds {size} parameters, the file holds {self.params.size}")
+
     def _check(self, X: Any) -> Any:
         if _is_csr(X):
             Xc = X
@@ -152,6 +179,8 @@ class TrainedModel:
 
     def decision_function(self, X: Any) -> np.ndarray:
         """Scores per class (n, C); logistic: one score per row (n,), > 0 means classes_[1]."""
+        if self.gradient_model is not None:
+            raise AttributeError(f"{self.model}: a py: model gives classes (predict), not scores")
         X = self._check(X)
         if self.model == "mlp":
             h = _matmul(X, self.W1) + self.b1
@@ -162,13 +191,22 @@ class TrainedModel:
 
     def predict(self, X: Any) -> np.ndarray:
         """The predicted label of each row (the original label values, as trained)."""
+        if self.gradient_model is not None:
+            from .models.gradient import _Predict
+
+            Xd = self._check(X)
+            if not isinstance(Xd, np.ndarray):
+                raise InputError(f"{self.model}: py: models take dense rows")
+            shape = (-1, *self.input_shape) if self.input_shape else None
+            rows = np.ascontiguousarray(Xd, dtype=np.float32)
+            return self.classes_[_Predict(self.gradient_model, shape)(self.params, rows, len(self.classes_))]
         z = self.decision_function(X)
         return self.classes_[(z > 0).astype(np.int64) if z.ndim == 1 else np.argmax(z, axis=1)]
 
     @property
     def predict_proba(self):
         """Class probabilities (n, C) in ``classes_`` order; only logistic, softmax and mlp have them."""
-        if self.model not in PROBABILISTIC:
+        if self.model not in PROBABILISTIC:  # py: models included: they give classes only
             raise AttributeError(f"{self.model} has no probabilities (it is not trained on a likelihood)")
         return self._proba
 

@@ -98,10 +98,33 @@ def hetero_spec(config: TrainConfig) -> HeteroSpec:
                       link_delay=config.link_delay, link_bandwidth=config.link_bandwidth, seed=config.seed)
 
 
+def model_for(config: TrainConfig, info: DataInfo | None = None) -> Model:
+    """The model a config names: a registered one, or (given the data's shape) a ``py:FILE:FACTORY`` one."""
+    from .models import is_spec
+
+    if not is_spec(config.model):
+        return get_model(config.model, hidden=config.hidden, activation=config.activation)
+    from .models import model_from_spec, parse_shape
+
+    if info is None:
+        raise ValueError("a py: model is built for a data shape: pass info")
+    shape = parse_shape(config.input_shape)
+    if shape is not None and int(np.prod(shape)) != info.n_features:
+        raise InputError(f"--input-shape {config.input_shape} holds {int(np.prod(shape))} values, "
+                         f"{info.description} has {info.n_features} features")
+    if not info.row_bytes:
+        raise InputError(f"--model {config.model}: py: models need dense rows (.npz/.h5, synthetic, "
+                         f"fashion-mnist), {info.description} is sparse")
+    gm = model_from_spec(config.model, info.n_features, info.n_classes, shape, threads=config.threads)
+    return gm.as_model(config.model, info.n_features, info.n_classes, shape)
+
+
 def _describe_checked(config: TrainConfig, n_workers: int, ranks_here: int) -> tuple[DataInfo, Model]:
     """Rank 0: the data's shape and the model, every setting checked, and the run's size against the
     memory of the machine that holds `ranks_here` of its ranks; InputError otherwise."""
-    model = get_model(config.model, hidden=config.hidden, activation=config.activation)
+    from .models import is_spec
+
+    model = None if is_spec(config.model) else model_for(config)
     policy_for(config, n_workers)
     parse_hetero(hetero_spec(config), n_workers)
     if config.server_delay:
@@ -110,6 +133,8 @@ def _describe_checked(config: TrainConfig, n_workers: int, ranks_here: int) -> t
         if path and not os.path.isdir(os.path.dirname(os.path.abspath(path))):
             raise InputError(f"{flag} {path}: its directory does not exist")
     info = describe(data_spec(config))
+    if model is None:
+        model = model_for(config, info)
     classes = max(info.n_classes, model.min_classes)
     hidden = f", {config.hidden} hidden units" if model.name == "mlp" else ""
     check_fits(model.name, model.n_params(info.n_features, classes), f"{info.n_features:,} features x {classes} "
@@ -154,7 +179,7 @@ def warm_ranks(comm, model: Model, sparse: bool | None = None, quiet: bool = Tru
     each cached kernel costs a rank about a tenth of a second to load."""
     kinds = {} if sparse is None else {"dense": not sparse, "sparse": sparse}
     if comm.Get_rank() == 0:
-        if not quiet and cache_is_cold():
+        if not quiet and model.compiled and cache_is_cold():
             print("mpikanel: compiling kernels, once: ~20 s", file=sys.stderr, flush=True)
         warmup(model, **kinds)
     comm.Barrier()
@@ -177,7 +202,7 @@ def setup(config: TrainConfig, comm) -> Setup:
     here.Free()
     described = agree(comm, lambda: _describe_checked(config, n_workers, ranks_here) if rank == 0 else None)
     info = comm.bcast(described and described[0], root=0)   # the Model itself is not pickled
-    model = get_model(config.model, hidden=config.hidden, activation=config.activation)
+    model = agree(comm, lambda: model_for(config, info))
     spec = data_spec(config)
 
     n_val = val_rows(config, info.n_rows)
@@ -225,6 +250,8 @@ def train(config: TrainConfig | dict | None = None, comm=None, _stop: StopSignal
                 config = resumed_config(config, checkpointed)
         s = setup(config, comm)
         threads = set_threads(config.threads)
+        if s.model.source is not None:
+            s.model.source.set_threads(config.threads)
         rank, k = comm.Get_rank(), config.servers
         # a checkpoint counts ranks as with one server (workers + 1), so it resumes on any --servers
         ranks = comm.Get_size() - k + 1

@@ -15,7 +15,7 @@ if ! has .venv/bin/python impi-rt && { has .venv/bin/python mpich || has .venv/b
   # other's mpiexec and libmpi, so keep the one it has (rebuild: rm -rf .venv, then this script)
   echo "note: .venv holds another MPI wheel than the default (impi-rt); testing with it as it is"
 else
-  .venv/bin/python -m pip install -q -e '.[test]'
+  .venv/bin/python -m pip install -q -e '.[test,jax]'   # jax: the deep-model adapter's tests
 fi
 export NUMBA_CACHE_DIR=${NUMBA_CACHE_DIR:-$PWD/.numba-cache}
 t0=$SECONDS

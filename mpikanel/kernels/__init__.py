@@ -63,6 +63,8 @@ def unregister_model(name: str) -> None:
 
 def warmup(model: Model, dense: bool = True, sparse: bool = True) -> None:
     """Compile (or load from the numba cache) the model's dense and CSR kernels for the canonical argument types."""
+    if not model.compiled:
+        return
     n_features, n_rows = 3, 4
     n_classes = max(2, model.min_classes)
     X = np.zeros((n_rows, n_features), dtype=np.float32)

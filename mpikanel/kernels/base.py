@@ -121,6 +121,9 @@ class Model:
     # and the U biases: a worker can then track what it changed instead of scanning the vector
     csr_keys: bool = False
     description: str = ""
+    # False for models whose step/loss/predict are plain Python (mpikanel.models): nothing to warm up
+    compiled: bool = True
+    source: object = field(default=None, repr=False, compare=False)   # the GradientModel behind it, if any
 
     @property
     def supports_csr(self) -> bool:

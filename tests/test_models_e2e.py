@@ -1,0 +1,143 @@
+"""Models from --model py:FILE:FACTORY end to end under mpiexec: every sync model, K servers,
+bitwise BSP for a seed, checkpoint resume, saved models that predict without MPI, one-line errors."""
+import importlib.util
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from launch import checkpoints, run_train
+from mpikanel import load_model
+from mpikanel.data import DataSpec, describe, load_test
+from test_cli_errors import assert_clean_error
+
+HERE = Path(__file__).parent
+LOGISTIC = f"py:{HERE / 'models' / 'np_logistic.py'}:make"
+CNN = f"py:{HERE.parent / 'examples' / 'jax_cnn.py'}:make_model"
+FASHION = Path("/usr/share/datasets/fashion-mnist")
+LOG_RUN = ["--model", LOGISTIC, "--synthetic-classes", "2", "--synthetic-rows", "6000", "--synthetic-features", "20",
+           "--epochs", "2", "--lr", "0.5", "--progress", "off"]
+CNN_RUN = ["--model", CNN, "--input-shape", "1,12,12", "--epochs", "1", "--lr", "0.1", "--progress", "off"]
+IMAGES = 5000
+needs_jax = pytest.mark.skipif(importlib.util.find_spec("jax") is None,
+                               reason="JAX is not installed (pip install -e '.[jax]')")
+
+
+def synthetic_test_rows(rows: int, features: int, classes: int):
+    """The test rows a synthetic run evaluates on, regenerated without MPI."""
+    spec = DataSpec(source="synthetic", synthetic_rows=rows, synthetic_features=features, synthetic_classes=classes)
+    info = describe(spec)
+    test = load_test(spec, info)
+    return test.X, np.asarray(info.label_values)[test.y]
+
+
+@pytest.fixture(scope="module")
+def images(tmp_path_factory):
+    """The example's synthetic image problem (10 classes of 3x3 patterns in noisy 12x12 images) as an .npz."""
+    pytest.importorskip("jax", reason="JAX is not installed (pip install -e '.[jax]')")
+    spec = importlib.util.spec_from_file_location("jax_cnn_example", HERE.parent / "examples" / "jax_cnn.py")
+    example = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(example)
+    X, y = example.synthetic_images(IMAGES)
+    path = tmp_path_factory.mktemp("images") / "shapes.npz"
+    np.savez(path, X=X, y=y)
+    return path, X[-IMAGES // 10:], y[-IMAGES // 10:]
+
+
+@pytest.mark.parametrize("sync", ["bsp", "asp", "esp", "psp"])
+def test_numpy_gradient_model_trains_under_every_sync_model(sync, tmp_path):
+    proc, s = run_train(4, *LOG_RUN, "--sync", sync, tmp_path=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert s["model"] == LOGISTIC and s["sync"] == sync
+    assert s["deltas_applied"] > 0 and s["delta_sum_rel_error"] < 1e-9
+    assert s["test_accuracy"] > 0.75, s["test_accuracy"]      # the untrained model is at chance (~0.5)
+
+
+def test_bsp_is_bitwise_reproducible_for_a_seed_with_one_or_two_servers(tmp_path):
+    runs = [run_train(n, *LOG_RUN, *extra, tmp_path=tmp_path) for n, extra in
+            ((4, []), (4, []), (4, ["--seed", "1"]), (5, ["--servers", "2"]))]
+    for proc, _ in runs:
+        assert proc.returncode == 0, proc.stderr
+    shas = [s["params_sha256"] for _, s in runs]
+    assert shas[0] == shas[1]
+    assert shas[2] != shas[0]                 # the seed reaches the run (init and data order)
+    assert shas[3] == shas[0]                 # 3 workers and two servers: the same run, keys split
+    assert runs[3][1]["test_accuracy"] == runs[0][1]["test_accuracy"]
+
+
+def test_saved_numpy_model_predicts_without_mpi_as_the_run_reported(tmp_path, monkeypatch):
+    path = tmp_path / "m.h5"
+    proc, s = run_train(3, *LOG_RUN, "--save-model", str(path), tmp_path=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    monkeypatch.chdir(tmp_path)                   # the factory is found by the absolute path recorded
+    model = load_model(path)
+    X, y = synthetic_test_rows(6000, 20, 2)
+    assert model.score(X, y) == s["test_accuracy"]
+    assert model.predict(X).shape == y.shape
+
+
+def test_cli_errors_for_py_models_are_one_line(tmp_path):
+    missing = ["--model", "py:nowhere.py:make"]
+    cases = [
+        (missing, ["no such file nowhere.py"]),
+        (["--model", LOGISTIC.replace(":make", ":absent")], ["has no function absent"]),
+        (["--model", LOGISTIC.replace(":make", ":broken"), "--synthetic-classes", "2"], ["this factory always fails"]),
+        (["--model", LOGISTIC, "--synthetic-classes", "2", "--input-shape", "3,3,3"],
+         ["--input-shape 3,3,3 holds 27 values", "100 features"]),
+        (["--model", "softmax", "--input-shape", "10,10"], ["--input-shape is for py:"]),
+    ]
+    for args, needles in cases:
+        proc, _ = run_train(3, *args, timeout=120)
+        assert_clean_error(proc, *needles)
+
+
+@needs_jax
+def test_jax_cnn_checkpoint_resumes_bitwise(images, tmp_path):
+    ck = tmp_path / "ck"
+    data = ["--data", str(images[0])]
+    proc, full = run_train(4, *CNN_RUN, *data, "--checkpoint-dir", str(ck), "--checkpoint-every", "20steps",
+                           "--keep-checkpoints", "10", tmp_path=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    paths = checkpoints(ck)
+    assert len(paths) >= 2
+    proc, resumed = run_train(4, *CNN_RUN, *data, "--resume", str(paths[0]), tmp_path=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert resumed["resumed_from"] == str(paths[0])
+    assert resumed["params_sha256"] == full["params_sha256"]
+    assert resumed["test_accuracy"] == full["test_accuracy"]
+
+
+@needs_jax
+def test_jax_cnn_trains_with_two_servers_and_its_saved_model_predicts_as_reported(images, tmp_path):
+    path = tmp_path / "cnn.h5"
+    proc, s = run_train(5, *CNN_RUN, "--data", str(images[0]), "--epochs", "2", "--sync", "esp", "--servers", "2",
+                        "--save-model", str(path), tmp_path=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert s["test_accuracy"] > 0.2 and s["delta_sum_rel_error"] < 1e-6      # 10 classes: chance is 0.1
+    _, X, y = images
+    assert load_model(path).score(X, y) == s["test_accuracy"]
+
+
+@needs_jax
+@pytest.mark.skipif(not (FASHION / "train-images-idx3-ubyte.gz").exists(),
+                    reason="Fashion-MNIST is not installed (apt-get install dataset-fashion-mnist)")
+@pytest.mark.timeout(600)
+def test_jax_cnn_on_fashion_mnist_images(tmp_path):
+    # the evaluation dominates: the network's forward pass over 60k training and 10k test images
+    proc, s = run_train(3, "--data", "fashion-mnist", "--model", CNN, "--input-shape", "1,28,28", "--lr", "0.05",
+                        "--max-steps", "60", "--progress", "off", tmp_path=tmp_path, timeout=580)
+    assert proc.returncode == 0, proc.stderr
+    assert s["test_accuracy"] > 0.5, s["test_accuracy"]           # 120 steps of 64 images; chance is 0.1
+
+
+def test_numpy_model_resumes_on_another_worker_count_and_server_count(tmp_path):
+    ck = tmp_path / "ck"
+    proc, full = run_train(4, *LOG_RUN, "--sync", "ssp", "--checkpoint-dir", str(ck), "--checkpoint-every", "30steps",
+                           "--keep-checkpoints", "10", tmp_path=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    first = checkpoints(ck)[0]
+    proc, s = run_train(4, *LOG_RUN, "--sync", "ssp", "--servers", "2", "--resume", str(first), tmp_path=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert s["reshaped"]["ranks"] == 4 and s["workers"] == 2 and s["model"] == LOGISTIC
+    assert s["samples"] + s["reshaped"]["samples_before"] == s["samples_budget"] == full["samples_budget"]
+    assert s["delta_sum_rel_error"] < 1e-9 and s["test_accuracy"] > 0.75
