@@ -110,10 +110,12 @@ def test_jax_cnn_checkpoint_resumes_bitwise(images, tmp_path):
 @needs_jax
 def test_jax_cnn_trains_with_two_servers_and_its_saved_model_predicts_as_reported(images, tmp_path):
     path = tmp_path / "cnn.h5"
-    proc, s = run_train(5, *CNN_RUN, "--data", str(images[0]), "--epochs", "2", "--sync", "esp", "--servers", "2",
-                        "--save-model", str(path), tmp_path=tmp_path)
+    # batches of 16: about 560 steps, enough to learn this problem whatever ESP decides under load (at
+    # batches of 64 a loaded machine's ESP skipped its way to chance; forced to skip all it may, 0.5 here)
+    proc, s = run_train(5, *CNN_RUN, "--data", str(images[0]), "--epochs", "2", "--batch-size", "16",
+                        "--sync", "esp", "--servers", "2", "--save-model", str(path), tmp_path=tmp_path)
     assert proc.returncode == 0, proc.stderr
-    assert s["test_accuracy"] > 0.2 and s["delta_sum_rel_error"] < 1e-6      # 10 classes: chance is 0.1
+    assert s["test_accuracy"] > 0.3 and s["delta_sum_rel_error"] < 1e-6      # 10 classes: chance is 0.1
     _, X, y = images
     assert load_model(path).score(X, y) == s["test_accuracy"]
 
