@@ -39,6 +39,50 @@ def test_best_rate_at_an_edge_of_the_grid_warns(best, edge):
     assert lr == best and warning and edge in warning
 
 
+def test_next_rate_steps_one_grid_step_beyond_the_edge_the_best_rate_sits_on():
+    assert bench.next_rate([0.4, 1.0, 2.0, 4.0], 4.0) == 8.0
+    assert bench.next_rate([0.4, 1.0, 2.0, 4.0], 0.4) == 0.16          # that end's ratio, 2.5x
+    assert bench.next_rate([1.0, 1.5, 3.0], 3.0) == 6.0 and bench.next_rate([1.0, 1.5], 1.0) == 0.5   # >= 2x
+    assert bench.next_rate([0.4, 1.0, 2.0, 4.0], 1.0) is None
+    assert bench.next_rate([0.4, 1.0], None) is None
+
+
+def _fake_bench(monkeypatch, best: float, widen: int = 3) -> tuple[dict, list[dict]]:
+    """select_and_repeat over fabricated runs whose validation loss is least at `best` (log scale)."""
+    import math
+
+    def run_one(args, out, scenario, model, lr, seed, workload):
+        return _rec(model, lr=lr, val=abs(math.log(lr / best)) + 0.1, seed=seed)
+
+    monkeypatch.setattr(bench, "run_one", run_one)
+    args = argparse.Namespace(lrs=[0.4, 1.0, 2.0, 4.0], ranks=5, seeds=[0, 1, 2], widen=widen)
+    return bench.select_and_repeat(args, None, "s", "bsp", {})
+
+
+def _selection(runs: list[dict]) -> list[float]:
+    return sorted(r["lr"] for r in runs if r.get("phase") == "selection")
+
+
+def test_a_best_rate_at_the_edge_widens_the_grid_until_it_is_inside(monkeypatch):
+    choice, runs = _fake_bench(monkeypatch, best=12.0)
+    assert _selection(runs) == [0.4, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0]
+    assert choice == {"lr": 16.0, "warning": None}
+    assert [(r["lr"], r["seed"]) for r in runs if "phase" not in r] == [(16.0, 1), (16.0, 2)]
+    choice, runs = _fake_bench(monkeypatch, best=0.1)
+    assert _selection(runs) == [0.0256, 0.064, 0.16, 0.4, 1.0, 2.0, 4.0]
+    assert choice == {"lr": 0.064, "warning": None}
+
+
+def test_widening_stops_after_widen_rates_and_flags_the_edge(monkeypatch):
+    choice, runs = _fake_bench(monkeypatch, best=1000.0, widen=2)
+    assert _selection(runs) == [0.4, 1.0, 2.0, 4.0, 8.0, 16.0]
+    assert choice["lr"] == 16.0 and "highest" in choice["warning"]
+    choice, runs = _fake_bench(monkeypatch, best=1000.0, widen=0)
+    assert _selection(runs) == [0.4, 1.0, 2.0, 4.0] and choice["lr"] == 4.0 and choice["warning"]
+    choice, runs = _fake_bench(monkeypatch, best=1.5)                  # inside: no extra run
+    assert _selection(runs) == [0.4, 1.0, 2.0, 4.0] and choice == {"lr": 2.0, "warning": None}
+
+
 def test_a_diverged_top_rate_still_brackets_the_choice():
     grid = [_rec(lr=0.1, val=0.6), _rec(lr=0.2, val=0.5), _rec(lr=0.5, val=0.4), _rec(lr=1.0, ok=False)]
     assert bench.choose_rate(grid) == (0.5, None)
@@ -158,8 +202,8 @@ def test_bench_sync_quick_end_to_end(tmp_path):
     pytest.importorskip("matplotlib")
     out = tmp_path / "bench"
     cmd = [sys.executable, "-m", "mpikanel.bench", "sync", "--scenario", "straggler", "--models", "bsp",
-           "localsgd-4", "--lrs", "0.05", "0.2", "--seeds", "0", "1", "--ranks", "3", "--quick", "--timeout", "120",
-           "--allow-dirty",
+           "localsgd-4", "--lrs", "0.05", "0.2", "--seeds", "0", "1", "--ranks", "3", "--quick", "--widen", "0",
+           "--timeout", "120", "--allow-dirty",
            "--out", str(out)]
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=840, env=clean_env())

@@ -5,8 +5,9 @@ Protocol, per scenario (all runs at ``--ranks`` ranks, default 5, the same for e
 1. **Rate selection** (one seed, the first of ``--seeds``): every model runs at every rate of
    ``--lrs`` (at least 4 rates spanning at least 10x); its rate is the one with the lowest final
    *validation* loss (``--val-fraction``: the last F of the training rows, never trained on). A
-   choice at either end of the grid is flagged in the results ("edge"): the grid may be too
-   narrow for that model. Local SGD averages the ranks' parameters (the mean of their deltas)
+   choice at either end of the grid widens it: one more rate a grid step beyond that end
+   (:func:`next_rate`), up to ``--widen`` times (default 3), until the best rate is inside; one
+   still at the edge after that is flagged in the results ("edge"). Local SGD averages the ranks' parameters (the mean of their deltas)
    where the others add the sum, so its grid is ``--lrs`` x the number of trainers (the same
    effective step sizes); under ``--engine sim`` with N workers the grid is ``--lrs`` x 4/N (N
    workers add N deltas: the same step per sample as the recorded harness's 4 workers at
@@ -180,6 +181,17 @@ def choose_rate(records: Sequence[dict]) -> tuple[float | None, str | None]:
     return best["lr"], (None if edge is None else f"best rate {best['lr']:g} is the {edge} of the grid")
 
 
+def next_rate(rates: Sequence[float], best: float | None) -> float | None:
+    """The rate one grid step beyond the edge that `best` sits on (the ratio of that end's two
+    rates, at least 2x), or None when `best` is inside the grid, missing, or the grid too small."""
+    grid = sorted(set(rates))
+    if best is None or len(grid) < 2 or grid[0] < best < grid[-1]:
+        return None
+    if best == grid[-1]:
+        return float(f"{best * max(2.0, grid[-1] / grid[-2]):.6g}")
+    return float(f"{best / max(2.0, grid[1] / grid[0]):.6g}")
+
+
 def target_from(records: Iterable[dict], factor: float = TARGET_FACTOR) -> float | None:
     """factor x the lowest final validation loss of the BSP runs (of any run without BSP); None if none."""
     ok = [r for r in records if r.get("ok") and _finite(r.get("val_loss"))]
@@ -280,6 +292,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2],
                         help="seeds of data order and injection; the first selects the rate")
     parser.add_argument("--ranks", type=int, default=5, help="MPI ranks per run (parameter server: 1 server + workers)")
+    parser.add_argument("--widen", type=int, default=3, metavar="N",
+                        help="when a model's best rate is at the grid's edge, run up to N more rates beyond "
+                             "it, one grid step each, until the best is inside (default 3; 0: never)")
     parser.add_argument("--val-fraction", type=float, default=0.1,
                         help="last F of the training rows held out for rate choice and target")
     parser.add_argument("--target-loss", type=float, default=None,
@@ -517,6 +532,14 @@ def select_and_repeat(args: argparse.Namespace, out: Path, scenario: str, model:
     first, *others = args.seeds
     grid = [run_one(args, out, scenario, model, lr, first, workload) for lr in rates_for(args, model)]
     lr, warning = choose_rate(grid)
+    for _ in range(args.widen if warning else 0):     # a best rate at the edge: one more rate beyond it
+        extra = next_rate([r["lr"] for r in grid], lr)
+        if extra is None:
+            break
+        grid.append(run_one(args, out, scenario, model, extra, first, workload))
+        lr, warning = choose_rate(grid)
+        if warning is None:
+            break
     for r in grid:
         r["phase"] = "selection"
     repeats = [] if lr is None else [run_one(args, out, scenario, model, lr, s, workload) for s in others]
@@ -557,8 +580,9 @@ def selection_table(records: list[dict], scenario: str, models: list[str], choic
     """Final validation loss of every selection run (chosen rate in bold): a row per model, a column per rate."""
     rows, width = [], 0
     for model in models:
-        grid = [r for r in records
-                if r["scenario"] == scenario and r["model"] == model and r.get("phase") == "selection"]
+        grid = sorted((r for r in records
+                       if r["scenario"] == scenario and r["model"] == model and r.get("phase") == "selection"),
+                      key=lambda r: r["lr"])
         width = max(width, len(grid))
         chosen = choices[scenario, model]["lr"]
         rows.append([model] + [_bold(f"{r['lr']:g}: " + (f"{r['val_loss']:.4f}" if r["ok"] else "failed"),
@@ -573,7 +597,8 @@ def _bold(text: str, on: bool) -> str:
 
 def scenario_notes(records: list[dict], scenario: str, models: list[str], choices: dict) -> list[str]:
     """Edge warnings, failed runs and (homogeneous) contention flags of one scenario."""
-    notes = [f"- {m}: {choices[scenario, m]['warning']} (widen --lrs)" for m in models
+    notes = [f"- {m}: {choices[scenario, m]['warning']}, after widening as far as --widen allows (widen --lrs)"
+             for m in models
              if choices[scenario, m]["warning"]]
     runs = [r for r in records if r["scenario"] == scenario]
     notes += [f"- {r['model']} lr {r['lr']:g} seed {r['seed']}: {r.get('error')}" for r in runs if not r["ok"]]
@@ -760,7 +785,8 @@ def report(args: argparse.Namespace, out: Path, scenarios: list[str], models: li
     print(text)
     public = [{k: v for k, v in r.items() if not k.startswith("_")} for r in records]
     (out / "results.json").write_text(json.dumps({
-        **meta, "ranks": args.ranks, "seeds": args.seeds, "lrs": args.lrs, "val_fraction": args.val_fraction,
+        **meta, "ranks": args.ranks, "seeds": args.seeds, "lrs": args.lrs, "widen": getattr(args, "widen", 0),
+        "val_fraction": args.val_fraction,
         "workload": workload, "models": models, "scenarios": {s: SCENARIOS[s] for s in scenarios},
         "tables": tables, "runs": public}, indent=2))
     print(f"results: {out / 'results.md'}, {out / 'results.json'}", file=sys.stderr)
