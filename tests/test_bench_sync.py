@@ -83,6 +83,36 @@ def test_widening_stops_after_widen_rates_and_flags_the_edge(monkeypatch):
     assert _selection(runs) == [0.4, 1.0, 2.0, 4.0] and choice == {"lr": 2.0, "warning": None}
 
 
+def test_the_schedule_is_picked_on_bsps_validation_loss_and_given_to_every_model(monkeypatch):
+    import math
+
+    calls = []
+
+    def run_one(args, out, scenario, model, lr, seed, workload):
+        schedule = workload.get("lr-schedule", "constant")
+        calls.append((model, schedule, lr, seed))
+        bonus = {"constant": 0.0, "cosine": -0.05, "linear": 0.02}[schedule]     # cosine: BSP's best
+        return _rec(model, lr=lr, val=abs(math.log(lr)) + 0.3 + bonus, seed=seed, schedule=schedule)
+
+    monkeypatch.setattr(bench, "run_one", run_one)
+    args = argparse.Namespace(lrs=[0.4, 1.0, 2.0, 4.0], ranks=5, seeds=[0, 1], widen=0,
+                              lr_schedules=["constant", "cosine", "linear"])
+    workload, bsp_selected, others, picked = bench.pick_schedule(args, None, "s", {"epochs": "3"})
+    assert picked["chosen"] == "cosine" and workload == {"epochs": "3", "lr-schedule": "cosine"}
+    assert picked["tried"] == pytest.approx({"constant": 0.3, "cosine": 0.25, "linear": 0.32})
+    assert {r["schedule"] for r in others} == {"constant", "linear"} and all(r["phase"] == "schedule" for r in others)
+    calls.clear()
+    choice, runs = bench.select_and_repeat(args, None, "s", "bsp", workload, bsp_selected)
+    assert calls == [("bsp", "cosine", 1.0, 1)]            # BSP's grid under cosine is reused: only the seed runs
+    assert choice == {"lr": 1.0, "warning": None} and {r["schedule"] for r in runs} == {"cosine"}
+    calls.clear()
+    bench.select_and_repeat(args, None, "s", "esp", workload)
+    assert {c[1] for c in calls} == {"cosine"} and len(calls) == 5
+    one = argparse.Namespace(**{**vars(args), "lr_schedules": ["linear"]})
+    assert bench.pick_schedule(one, None, "s", {})[0] == {"lr-schedule": "linear"}
+    assert bench.best_schedule({"a": ([_rec(ok=False)], None, None)}) is None
+
+
 def test_a_diverged_top_rate_still_brackets_the_choice():
     grid = [_rec(lr=0.1, val=0.6), _rec(lr=0.2, val=0.5), _rec(lr=0.5, val=0.4), _rec(lr=1.0, ok=False)]
     assert bench.choose_rate(grid) == (0.5, None)
@@ -196,14 +226,14 @@ def test_model_recipes():
 
 # ---------------------------------------------------------------- end to end
 
-@pytest.mark.timeout(900)         # six launches; each starts 3 Python processes (slow on a loaded machine)
+@pytest.mark.timeout(900)         # eight launches; each starts 3 Python processes (slow on a loaded machine)
 def test_bench_sync_quick_end_to_end(tmp_path):
-    """Two models, two rates, two seeds on the tiny workload: files, selection and seeds recorded."""
+    """Two models, two rates, two seeds, two schedules on the tiny workload: files, selection and seeds recorded."""
     pytest.importorskip("matplotlib")
     out = tmp_path / "bench"
     cmd = [sys.executable, "-m", "mpikanel.bench", "sync", "--scenario", "straggler", "--models", "bsp",
            "localsgd-4", "--lrs", "0.05", "0.2", "--seeds", "0", "1", "--ranks", "3", "--quick", "--widen", "0",
-           "--timeout", "120", "--allow-dirty",
+           "--lr-schedules", "constant", "cosine", "--timeout", "120", "--allow-dirty",
            "--out", str(out)]
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=840, env=clean_env())
@@ -214,6 +244,11 @@ def test_bench_sync_quick_end_to_end(tmp_path):
     assert res["seeds"] == [0, 1] and res["git_commit"] and res["versions"]["mpi4py"] and res["nproc"] >= 1
     assert len(res["load_average_before"]) == 3 and "mpikanel.bench" in res["command"]
     table = res["tables"]["straggler"]
+    chosen_schedule = res["schedules"]["straggler"]["chosen"]        # on BSP's validation; every model runs it
+    assert set(res["schedules"]["straggler"]["tried"]) == {"constant", "cosine"}
+    assert {r["schedule"] for r in res["runs"]} == {chosen_schedule}
+    assert [r["model"] for r in res["schedule_runs"]] == ["bsp", "bsp"]
+    assert {r["schedule"] for r in res["schedule_runs"]} == {"constant", "cosine"} - {chosen_schedule}
     assert set(table["target_loss"]) == {"0", "1"} and all(v > 0 for v in table["target_loss"].values())
     for model, grid in (("bsp", {0.05, 0.2}), ("localsgd-4", {0.15, 0.6})):
         runs = [r for r in res["runs"] if r["model"] == model]

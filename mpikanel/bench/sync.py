@@ -70,6 +70,7 @@ from typing import Iterable, Sequence
 import numpy as np
 
 from ..errors import InputError
+from ..lr_schedule import SCHEDULES as LR_SCHEDULES
 from ..metrics import first_touch, read_metrics, time_to_target
 from ..sync import SYNC_MODELS
 from .launch import MpiexecNotFound, find_mpiexec, rank_env
@@ -292,6 +293,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2],
                         help="seeds of data order and injection; the first selects the rate")
     parser.add_argument("--ranks", type=int, default=5, help="MPI ranks per run (parameter server: 1 server + workers)")
+    parser.add_argument("--lr-schedules", nargs="+", default=["constant"], choices=LR_SCHEDULES, metavar="NAME",
+                        help="rate schedules over the work budget (constant, linear, cosine): with more than one, "
+                             "BSP runs its rate grid under each and the schedule of its best final validation "
+                             "loss is used for every model (default constant)")
+    parser.add_argument("--warmup", type=float, default=0.0, metavar="F",
+                        help="ramp every run's rate up over this fraction of the work budget first (default 0)")
     parser.add_argument("--widen", type=int, default=3, metavar="N",
                         help="when a model's best rate is at the grid's edge, run up to N more rates beyond "
                              "it, one grid step each, until the best is inside (default 3; 0: never)")
@@ -340,7 +347,8 @@ def run_command(args: argparse.Namespace, out: Path, scenario: str, model: str, 
                 workload: dict[str, str]) -> tuple[list[str], Path]:
     """The mpiexec command line of one run and its metrics path."""
     recipe = model_run(model, args.ranks)
-    stem = f"{scenario}-{model.replace(':', '')}-lr{lr:g}-s{seed}"
+    stem = f"{scenario}-{model.replace(':', '')}-lr{lr:g}-s{seed}" + (f"-{workload['lr-schedule']}"
+                                                                      if "lr-schedule" in workload else "")
     if args.engine == "sim":
         launch = [sys.executable, "-m", "mpikanel.sim", "--workers", str(args.ranks - 1)]
     else:
@@ -360,6 +368,7 @@ def run_one(args: argparse.Namespace, out: Path, scenario: str, model: str, lr: 
     t0 = time.perf_counter()
     code, err = _execute(cmd, args.timeout)
     record = {"scenario": scenario, "model": model, "lr": lr, "seed": seed, "metrics": str(metrics),
+              "schedule": workload.get("lr-schedule", "constant"),
               "command": cmd, "exit_code": code, "elapsed_s": time.perf_counter() - t0, "ok": code == 0}
     if code != 0:
         record["error"] = err.strip().splitlines()[-1] if err.strip() else f"exit {code}"
@@ -428,6 +437,8 @@ def _workload(args: argparse.Namespace) -> dict[str, str]:
         value = getattr(args, key.replace("-", "_"), None)
         if value is not None:
             workload[key] = str(value)
+    if getattr(args, "warmup", 0):
+        workload["warmup"] = f"{args.warmup:g}"
     return workload
 
 
@@ -487,11 +498,15 @@ def run_engine(args: argparse.Namespace) -> int:
     n_runs = len(scenarios) * len(models) * (len(args.lrs) + len(args.seeds) - 1)
     print(f"bench sync: {n_runs} runs ({len(scenarios)} scenarios x {len(models)} models x "
           f"({len(args.lrs)} rates + {len(args.seeds) - 1} seeds))", file=sys.stderr, flush=True)
-    records, choices = [], {}
+    records, choices, args.schedules, schedule_runs = [], {}, {}, []
     for scenario in scenarios:
+        scheduled, bsp_selected, others, args.schedules[scenario] = pick_schedule(args, out, scenario, workload)
+        schedule_runs += others
         for model in models:
-            choices[scenario, model], runs = select_and_repeat(args, out, scenario, model, workload)
+            choices[scenario, model], runs = select_and_repeat(args, out, scenario, model, scheduled,
+                                                               bsp_selected if model == "bsp" else None)
             records += runs
+    args.schedule_runs = [{k: v for k, v in r.items() if not k.startswith("_")} for r in schedule_runs]
     return report(args, out, scenarios, models, workload, records, choices, t_start, load_before)
 
 
@@ -511,6 +526,7 @@ def rereport(args: argparse.Namespace) -> int:
     choices = {(sc, m): old["tables"][sc]["chosen"][m] for sc in scenarios for m in models}
     for key in ("ranks", "seeds", "lrs", "val_fraction"):
         setattr(args, key, old[key])
+    args.schedules, args.schedule_runs = old.get("schedules", {}), old.get("schedule_runs", [])
     keep = {k: old[k] for k in ("command", "git_commit", "versions", "nproc", "load_average_before",
                                 "load_average_after", "harness_wall_s", "n_runs") if k in old}
     keep["report_rebuilt_at_commit"] = git_commit()
@@ -526,10 +542,13 @@ def rates_for(args: argparse.Namespace, model: str) -> list[float]:
     return [float(f"{lr * scale:.6g}") for lr in args.lrs]
 
 
-def select_and_repeat(args: argparse.Namespace, out: Path, scenario: str, model: str,
-                      workload: dict[str, str]) -> tuple[dict, list[dict]]:
-    """Run the rate grid with the first seed, choose the rate, run it with the other seeds."""
-    first, *others = args.seeds
+Selection = tuple[list[dict], "float | None", "str | None"]
+
+
+def select(args: argparse.Namespace, out: Path, scenario: str, model: str, workload: dict[str, str]) -> Selection:
+    """The rate grid with the first seed (widened while the best rate is at its edge): the runs,
+    the chosen rate and the edge warning."""
+    first = args.seeds[0]
     grid = [run_one(args, out, scenario, model, lr, first, workload) for lr in rates_for(args, model)]
     lr, warning = choose_rate(grid)
     for _ in range(args.widen if warning else 0):     # a best rate at the edge: one more rate beyond it
@@ -542,8 +561,43 @@ def select_and_repeat(args: argparse.Namespace, out: Path, scenario: str, model:
             break
     for r in grid:
         r["phase"] = "selection"
-    repeats = [] if lr is None else [run_one(args, out, scenario, model, lr, s, workload) for s in others]
+    return grid, lr, warning
+
+
+def select_and_repeat(args: argparse.Namespace, out: Path, scenario: str, model: str, workload: dict[str, str],
+                      selected: Selection | None = None) -> tuple[dict, list[dict]]:
+    """Run the rate grid with the first seed (or take `selected`), choose the rate, run it with the other seeds."""
+    grid, lr, warning = selected or select(args, out, scenario, model, workload)
+    repeats = [] if lr is None else [run_one(args, out, scenario, model, lr, s, workload) for s in args.seeds[1:]]
     return {"lr": lr, "warning": warning}, grid + repeats
+
+
+def best_schedule(selections: dict[str, Selection]) -> str | None:
+    """The schedule whose BSP selection grid reached the lowest final validation loss (None: all failed)."""
+    best = {name: min((r["val_loss"] for r in grid if r["ok"] and r["lr"] == lr), default=math.inf)
+            for name, (grid, lr, _) in selections.items() if lr is not None}
+    return min(best, key=best.get) if best else None
+
+
+def pick_schedule(args: argparse.Namespace, out: Path, scenario: str,
+                  workload: dict[str, str]) -> tuple[dict[str, str], Selection | None, list[dict], dict]:
+    """The rate schedule for every model of a scenario, chosen on BSP's validation loss among
+    --lr-schedules (one BSP rate grid each, first seed): the workload with it, BSP's selection
+    under it, the other schedules' runs, and what was tried."""
+    if len(args.lr_schedules) == 1:
+        only = args.lr_schedules[0]
+        return _with_schedule(workload, only), None, [], {"chosen": only, "tried": {}}
+    selections = {name: select(args, out, scenario, "bsp", _with_schedule(workload, name))
+                  for name in args.lr_schedules}
+    chosen = best_schedule(selections) or args.lr_schedules[0]
+    others = [dict(r, phase="schedule") for name, (grid, _, _) in selections.items() if name != chosen for r in grid]
+    tried = {name: next((r["val_loss"] for r in grid if r["ok"] and r["lr"] == lr), None)
+             for name, (grid, lr, _) in selections.items()}
+    return _with_schedule(workload, chosen), selections[chosen], others, {"chosen": chosen, "tried": tried}
+
+
+def _with_schedule(workload: dict[str, str], schedule: str) -> dict[str, str]:
+    return {**workload, "lr-schedule": schedule} if schedule != "constant" else dict(workload)
 
 
 # ---------------------------------------------------------------- report
@@ -684,7 +738,8 @@ def scenario_section(args: argparse.Namespace, out: Path, scenario: str, models:
                    args.ranks)
     flags = " ".join(_flags(SCENARIOS[scenario])) or "(none)"
     shown = ", ".join(f"seed {k}: {'n/a' if v is None else f'{v:.4f}'}" for k, v in targets.items())
-    text = (f"### {scenario}\n\nflags: `{flags}`; validation target {shown}\n\n{markdown_table(HEADERS, rows)}\n"
+    text = (f"### {scenario}\n\nflags: `{flags}`; validation target {shown}"
+            + schedule_line(getattr(args, "schedules", {}).get(scenario)) + f"\n\n{markdown_table(HEADERS, rows)}\n"
             + ("\n" + "\n".join(notes) + "\n" if notes else "")
             + f"\nRate selection (seed {args.seeds[0]}, final validation loss):\n\n"
             + selection_table(records, scenario, models, choices) + "\n"
@@ -694,6 +749,15 @@ def scenario_section(args: argparse.Namespace, out: Path, scenario: str, models:
              "chosen": {m: choices[scenario, m] for m in models},
              "rows": [dict(zip(HEADERS, row)) for row in rows]}
     return text, table, all(any(r["ok"] for r in chosen[m]) for m in models)
+
+
+def schedule_line(schedule: dict | None) -> str:
+    """'; rate schedule X (chosen on BSP's validation: ...)' for a scenario's section ('' when constant, untried)."""
+    if not schedule or (schedule["chosen"] == "constant" and not schedule["tried"]):
+        return ""
+    tried = ", ".join(f"{k} {'failed' if v is None else f'{v:.4f}'}" for k, v in schedule["tried"].items())
+    return (f"; rate schedule **{schedule['chosen']}** for every model"
+            + (f" (chosen on BSP's final validation loss at its best rate: {tried})" if tried else ""))
 
 
 def _plots(out: Path, scenario: str, runs_by_model: dict[str, dict], target: float | None, ranks: int) -> list[str]:
@@ -786,7 +850,8 @@ def report(args: argparse.Namespace, out: Path, scenarios: list[str], models: li
     public = [{k: v for k, v in r.items() if not k.startswith("_")} for r in records]
     (out / "results.json").write_text(json.dumps({
         **meta, "ranks": args.ranks, "seeds": args.seeds, "lrs": args.lrs, "widen": getattr(args, "widen", 0),
-        "val_fraction": args.val_fraction,
+        "val_fraction": args.val_fraction, "schedules": getattr(args, "schedules", {}),
+        "schedule_runs": getattr(args, "schedule_runs", []),
         "workload": workload, "models": models, "scenarios": {s: SCENARIOS[s] for s in scenarios},
         "tables": tables, "runs": public}, indent=2))
     print(f"results: {out / 'results.md'}, {out / 'results.json'}", file=sys.stderr)
