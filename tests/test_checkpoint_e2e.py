@@ -171,14 +171,14 @@ def test_ctrl_c_without_checkpoints_is_one_line_and_exit_130(tmp_path):
 
 
 LOST_INTERRUPT = """
-import ctypes, sys, time
+import ctypes, pathlib, sys, time
 from mpikanel.comm.cli import run_cli
 
 def body(config, world):
     compare = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p)
 
     def cmp(a, b):                  # Python called from C, as numba's compiler calls back
-        print("in callback", flush=True)
+        pathlib.Path(__file__).with_name(f"in-callback-{world.Get_rank()}").touch()
         time.sleep(10.0)
         return 0
 
@@ -198,11 +198,13 @@ def test_ctrl_c_landing_in_a_c_callback_still_ends_the_job_with_one_line(tmp_pat
     proc = subprocess.Popen([mpiexec(), "-n", "2", sys.executable, str(script)], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, env=clean_env(), start_new_session=True)
     try:
-        inside = 0
-        while inside < 2:
-            line = proc.stdout.readline()
-            assert line, f"the ranks never reached the callback: {proc.stderr.read()}"
-            inside += "in callback" in line
+        # a file per rank, not a line on stdout: at load 10, in 1 run of 8, a rank's flushed line
+        # never came out of mpiexec's stdout (the job ran to its end, exit 0)
+        deadline = time.monotonic() + 120
+        while not all((tmp_path / f"in-callback-{rank}").exists() for rank in (0, 1)):
+            assert proc.poll() is None and time.monotonic() < deadline, \
+                f"the ranks never reached the callback (exit {proc.poll()}): {proc.stderr.read() if proc.poll() else ''}"
+            time.sleep(0.05)
         for pid in _descendants(proc.pid):
             if mpi_rank_of(pid) is not None and str(script).encode() in Path(f"/proc/{pid}/cmdline").read_bytes():
                 os.kill(pid, signal.SIGINT)
