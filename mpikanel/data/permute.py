@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from mpikanel.layout import feature_rows
+
 
 def feature_permutation(n_features: int, seed: int) -> np.ndarray:
     """The seeded permutation --permute-features applies to CSR column ids: column c becomes perm[c],
@@ -14,6 +16,5 @@ def feature_permutation(n_features: int, seed: int) -> np.ndarray:
 
 def unpermute_linear(params: np.ndarray, n_features: int, seed: int) -> np.ndarray:
     """Parameters of a linear layout trained on permuted columns, in the data's own column order."""
-    units = params.size // (n_features + 1)
-    weights = params[:n_features * units].reshape(n_features, units)
-    return np.concatenate([weights[feature_permutation(n_features, seed)].ravel(), params[n_features * units:]])
+    weights, rest = feature_rows(params, n_features)
+    return np.concatenate([weights[feature_permutation(n_features, seed)].ravel(), rest])
