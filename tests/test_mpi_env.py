@@ -88,13 +88,13 @@ def test_rank_env_turns_every_family_on_off_or_leaves_it_to_the_ranks(monkeypatc
 
 def test_run_builds_the_mpiexec_command(monkeypatch):
     monkeypatch.setenv("MPIEXEC", "/opt/mpi/bin/mpiexec")
-    cmd = mrun.build_command(["-n", "3", "--bind-to", "none", "--", "python", "-m", "mpikanel.train", "--quiet"])
+    cmd, _ = mrun.build_launch(["-n", "3", "--bind-to", "none", "--", "python", "-m", "mpikanel.train", "--quiet"])
     assert cmd == ["/opt/mpi/bin/mpiexec", "-n", "3", "--bind-to", "none", sys.executable, "-m", "mpikanel.train",
                    "--quiet"]
     with pytest.raises(SystemExit, match="no '--'"):
-        mrun.build_command(["-n", "3", "python", "x.py"])
+        mrun.build_launch(["-n", "3", "python", "x.py"])
     with pytest.raises(SystemExit, match="no program"):
-        mrun.build_command(["-n", "3", "--"])
+        mrun.build_launch(["-n", "3", "--"])
 
 
 def test_install_config_appends_once(tmp_path):
