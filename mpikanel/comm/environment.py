@@ -146,7 +146,7 @@ def find_mpiexec(python: str | None = None) -> str:
 def mpiexec_launch(program: Sequence[str], launcher_args: Sequence[str] = (), *, python: str | None = None,
                    mpiexec: str | None = None,
                    env: Mapping[str, str] | None = None) -> tuple[list[str], dict[str, str]]:
-    """``[mpiexec, *launcher_args, *program]`` and its environment: every mpikanel launch goes through here.
+    """``[mpiexec, *launcher_args, *program]`` and its environment, for mpikanel.run, the benchmarks and the tests.
 
     A leading ``python``/``python3`` in `program` becomes `python` (default this interpreter, so the
     venv's Python runs); mpiexec defaults to :func:`find_mpiexec` of that Python; env defaults to
