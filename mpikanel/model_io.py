@@ -24,7 +24,6 @@ from .layout import LINEAR_MODELS, linear_views, mlp_views, units_of
 
 FORMAT = "mpikanel-model"
 SCHEMA = 1
-LINEAR = LINEAR_MODELS
 PROBABILISTIC = ("logistic", "softmax", "mlp")
 
 
@@ -126,8 +125,8 @@ class TrainedModel:
         if model.startswith("py:"):
             self._init_python(params, model, n_features, classes, config, factory or model)
             return
-        if model not in LINEAR and model != "mlp":
-            raise InputError(f"model {model!r}: only the built-in models ({', '.join(LINEAR)}, mlp) can be "
+        if model not in LINEAR_MODELS and model != "mlp":
+            raise InputError(f"model {model!r}: only the built-in models ({', '.join(LINEAR_MODELS)}, mlp) can be "
                              f"loaded without their kernels")
         self.model, self.n_features_in_, self.config = model, int(n_features), dict(config or {})
         self.classes_ = np.asarray(classes)
