@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import numpy as np
 
-LINEAR_UNITS = {"logistic": 1, "softmax": None, "svm": None, "lsq": None}   # None: one unit per class
+from .layout import LINEAR_MODELS, linear_views, mlp_views, units_of
+
 BLOCK = 16          # snapshots per matrix product (bounds the n x units x BLOCK score block)
 #: curve points of a py: model (mpikanel.models): each is a forward pass of the network over the
 #: whole test set, so a run's 0.25 s snapshots are thinned to this many, evenly spread
@@ -56,7 +57,7 @@ def thin(snaps: list, most: int) -> list:
 def snapshot_metrics(model: str, X, y: np.ndarray, n_classes: int, params: list[np.ndarray],
                      hidden: int = 64, activation: str = "relu") -> tuple[np.ndarray, np.ndarray] | None:
     """(mean loss, accuracy) of each parameter vector in `params` on rows (X, y); None if unsupported."""
-    if not isinstance(X, np.ndarray) or X.ndim != 2 or (model not in LINEAR_UNITS and model != "mlp"):
+    if not isinstance(X, np.ndarray) or X.ndim != 2 or (model not in LINEAR_MODELS and model != "mlp"):
         return None
     X = np.ascontiguousarray(X, dtype=np.float32)
     y = np.asarray(y, dtype=np.int64)
@@ -69,28 +70,30 @@ def snapshot_metrics(model: str, X, y: np.ndarray, n_classes: int, params: list[
         if model == "mlp":
             out = _mlp_scores(X, block, d, n_classes, hidden, activation)
         else:
-            out = _linear_scores(X, block, d, LINEAR_UNITS[model] or n_classes)
+            out = _linear_scores(X, block, d, units_of(model, n_classes))
         for j, z in enumerate(out):
             losses[b0 + j], accs[b0 + j] = _loss(model, z, y), _hits(model, z, y) / n
     return losses, accs
 
 
 def _linear_scores(X: np.ndarray, block: list[np.ndarray], d: int, U: int) -> list[np.ndarray]:
-    """Scores (n x U, float64) of each linear parameter vector: W^T stored (d, U) row-major, then U biases."""
-    W = np.concatenate([np.asarray(p[:d * U], dtype=np.float32).reshape(d, U) for p in block], axis=1)
+    """Scores (n x U, float64) of each linear parameter vector."""
+    views = [linear_views(p, d, U) for p in block]
+    W = np.concatenate([np.asarray(Wp, dtype=np.float32) for Wp, _ in views], axis=1)
     Z = X @ W
-    return [Z[:, j * U:(j + 1) * U].astype(np.float64) + np.asarray(p[d * U:d * U + U]) for j, p in enumerate(block)]
+    return [Z[:, j * U:(j + 1) * U].astype(np.float64) + np.asarray(b) for j, (_, b) in enumerate(views)]
 
 
 def _mlp_scores(X: np.ndarray, block: list[np.ndarray], d: int, C: int, H: int, activation: str) -> list[np.ndarray]:
-    """Output scores of each MLP parameter vector: W1 (d, H), W2 (C, H), b1 (H), b2 (C)."""
-    W1 = np.concatenate([np.asarray(p[:d * H], dtype=np.float32).reshape(d, H) for p in block], axis=1)
+    """Output scores of each MLP parameter vector."""
+    views = [mlp_views(p, d, C) for p in block]
+    W1 = np.concatenate([np.asarray(W1p, dtype=np.float32) for W1p, _, _, _ in views], axis=1)
     A = X @ W1
     out = []
-    for j, p in enumerate(block):
-        h = A[:, j * H:(j + 1) * H].astype(np.float64) + p[d * H + C * H:d * H + C * H + H]
+    for j, (_, W2, b1, b2) in enumerate(views):
+        h = A[:, j * H:(j + 1) * H].astype(np.float64) + b1
         h = np.maximum(h, 0.0) if activation == "relu" else np.tanh(h)
-        out.append(h @ p[d * H:d * H + C * H].reshape(C, H).T + p[d * H + C * H + H:])
+        out.append(h @ W2.T + b2)
     return out
 
 

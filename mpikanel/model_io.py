@@ -5,8 +5,7 @@ Layout of a model file (``--save-model PATH``, :func:`export_checkpoint`):
             n_features, classes (JSON list of the original label values, class index order),
             config (JSON of the run's TrainConfig); factory (``py:`` models only: ``py:/ABS/FILE.py:FACTORY``,
             which load_model imports again to rebuild the model)
-  /params   the final global parameters (float64), in the kernels' layout (see
-            ``mpikanel/kernels/_linear.py`` and ``mlp.py``)
+  /params   the final global parameters (float64), in the kernels' layout (``mpikanel/layout.py``)
 
 :class:`TrainedModel` computes scores with numpy from that layout (no numba, no MPI), so it
 works on any machine with numpy and h5py; dense arrays and scipy.sparse matrices are accepted.
@@ -21,10 +20,10 @@ from typing import Any
 import numpy as np
 
 from .errors import InputError
+from .layout import LINEAR_MODELS, linear_views, mlp_views, units_of
 
 FORMAT = "mpikanel-model"
 SCHEMA = 1
-LINEAR = ("logistic", "softmax", "svm", "lsq")
 PROBABILISTIC = ("logistic", "softmax", "mlp")
 
 
@@ -126,28 +125,24 @@ class TrainedModel:
         if model.startswith("py:"):
             self._init_python(params, model, n_features, classes, config, factory or model)
             return
-        if model not in LINEAR and model != "mlp":
-            raise InputError(f"model {model!r}: only the built-in models ({', '.join(LINEAR)}, mlp) can be "
+        if model not in LINEAR_MODELS and model != "mlp":
+            raise InputError(f"model {model!r}: only the built-in models ({', '.join(LINEAR_MODELS)}, mlp) can be "
                              f"loaded without their kernels")
         self.model, self.n_features_in_, self.config = model, int(n_features), dict(config or {})
         self.classes_ = np.asarray(classes)
         self.params = np.asarray(params, dtype=np.float64)
         d, C = self.n_features_in_, len(classes)
+        try:
+            if model == "mlp":
+                self.W1, self.W2, self.b1, self.b2 = mlp_views(self.params, d, C)
+            else:
+                self.W, self.b = linear_views(self.params, d, units_of(model, C))
+        except ValueError:
+            raise InputError(f"{model}: {self.params.size} parameters do not fit {d} features and {C} classes") from None
         if model == "mlp":
-            H = (self.params.size - C) // (d + C + 1)
-            if H < 1 or H * (d + C + 1) + C != self.params.size:
-                raise InputError(f"mlp: {self.params.size} parameters do not fit {d} features and {C} classes")
-            p = self.params
-            self.W1, self.W2 = p[:d * H].reshape(d, H), p[d * H:d * H + C * H].reshape(C, H)
-            self.b1, self.b2 = p[d * H + C * H:d * H + C * H + H], p[d * H + C * H + H:]
             if activation not in ("relu", "tanh"):
                 raise InputError(f"mlp: unknown activation {activation!r}")
             self.activation = activation
-        else:
-            U = 1 if model == "logistic" else C
-            if self.params.size != U * (d + 1):
-                raise InputError(f"{model}: {self.params.size} parameters do not fit {d} features and {C} classes")
-            self.W, self.b = self.params[:d * U].reshape(d, U), self.params[d * U:]
 
     def _init_python(self, params: np.ndarray, model: str, n_features: int, classes: tuple, config: dict | None,
                      factory: str) -> None:

@@ -6,11 +6,12 @@
     python -m mpikanel.run --install-config                                 # write them into this venv's Open MPI
 
 Everything before ``--`` goes to mpiexec unchanged, everything after it is the program (a leading
-``python``/``python3`` becomes this interpreter, so the venv's Python runs). The launcher is the
-``mpiexec`` next to this Python (the venv's MPI wheel), else ``$MPIEXEC``, else the one on PATH.
-The environment gets :func:`mpikanel.comm.environment.launcher_environment`: Open MPI may start
-more ranks than cores and, as root, may run at all; idle ranks of every MPI family sleep instead
-of spinning. Settings already in the environment win. Plain ``mpiexec``, ``mpirun`` and ``srun``
+``python``/``python3`` becomes this interpreter, so the venv's Python runs). The launcher is
+``$MPIEXEC`` when set, else the ``mpiexec`` next to this Python (the venv's MPI wheel), else the one
+on PATH. Command and environment come from :func:`mpikanel.comm.environment.mpiexec_launch`, as
+for the benchmarks and the tests; the environment gets
+:func:`~mpikanel.comm.environment.launcher_environment`: Open MPI may start more ranks than cores
+and, as root, may run at all; idle ranks of every MPI family sleep instead of spinning. Settings already in the environment win. Plain ``mpiexec``, ``mpirun`` and ``srun``
 keep working; this launcher only saves typing those settings.
 
 ``--install-config`` appends the oversubscription default to the venv's Open MPI launcher
@@ -24,21 +25,10 @@ import shlex
 import sys
 from pathlib import Path
 
-from .comm.environment import OVERSUBSCRIBE, launcher_defaults, launcher_environment
+from .comm.environment import OVERSUBSCRIBE, MpiexecNotFound, launcher_defaults, launcher_environment, mpiexec_launch
 
 USAGE = "usage: python -m mpikanel.run [MPIEXEC ARGS...] -- PROGRAM [ARGS...]  |  --print-env  |  --install-config"
 _CONFIG_LINE = "rmaps_default_mapping_policy = :oversubscribe"
-
-
-def find_launcher() -> str:
-    """mpiexec next to this interpreter, else $MPIEXEC, else mpiexec on PATH."""
-    from .bench.launch import MpiexecNotFound, find_mpiexec
-    if os.environ.get("MPIEXEC"):
-        return os.environ["MPIEXEC"]
-    try:
-        return find_mpiexec()
-    except MpiexecNotFound as exc:
-        raise SystemExit(f"mpikanel.run: error: {exc}") from None
 
 
 def install_config(prefix: str | None = None) -> Path | None:
@@ -54,17 +44,20 @@ def install_config(prefix: str | None = None) -> Path | None:
     return conf
 
 
-def build_command(argv: list[str]) -> list[str]:
-    """[mpiexec, *mpiexec args, *program]; raises SystemExit on a missing ``--``."""
+def build_launch(argv: list[str]) -> tuple[list[str], dict[str, str]]:
+    """[mpiexec, *mpiexec args, *program] and its environment; raises SystemExit on a missing ``--``."""
     if "--" not in argv:
         raise SystemExit(f"mpikanel.run: error: no '--' before the program\n{USAGE}")
     i = argv.index("--")
     launcher_args, program = argv[:i], argv[i + 1:]
     if not program:
         raise SystemExit(f"mpikanel.run: error: no program after '--'\n{USAGE}")
-    if program[0] in ("python", "python3"):
-        program = [sys.executable, *program[1:]]
-    return [find_launcher(), *launcher_args, *program]
+    try:
+        # $MPIEXEC first; nothing inherited is dropped: this launcher starts the job the user asked for
+        return mpiexec_launch(program, launcher_args, mpiexec=os.environ.get("MPIEXEC") or None,
+                              env=launcher_environment())
+    except MpiexecNotFound as exc:
+        raise SystemExit(f"mpikanel.run: error: {exc}") from None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -82,9 +75,9 @@ def main(argv: list[str] | None = None) -> int:
         conf = install_config()
         print(f"mpikanel.run: {conf}" if conf else f"mpikanel.run: no Open MPI configuration under {sys.prefix}")
         return 0
-    cmd = build_command(argv)
+    cmd, env = build_launch(argv)
     sys.stdout.flush()
-    os.execve(cmd[0], cmd, launcher_environment())
+    os.execve(cmd[0], cmd, env)
     return 127  # not reached
 
 

@@ -3,47 +3,42 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 
-from mpikanel.comm.environment import launcher_environment
+from mpikanel.comm.environment import RANK_VARIABLES, MpiexecNotFound, child_environment, find_mpiexec, mpiexec_launch
 from need import need
 
 
 def mpiexec() -> str:
     """The launcher next to this Python (the venv's MPI wheel), else the one on PATH."""
-    here = Path(sys.executable).parent / "mpiexec"
-    found = str(here) if here.exists() else shutil.which("mpiexec")
-    if not found:
+    try:
+        return find_mpiexec()
+    except MpiexecNotFound:
         need("mpiexec", "no mpiexec: install the project with its [test] extra (it brings the default MPI wheel)")
-    return found
 
 
 def clean_env(**extra: str) -> dict[str, str]:
-    """Environment for child runs: no inherited MPI rank variables, the project's MPI defaults
-    (one thread per rank, idle ranks sleep) and its launcher defaults (mpikanel.comm.environment:
-    Open MPI may oversubscribe and run as root), so mpiexec works as root and on 2 cores."""
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("PMI_", "PMIX_", "OMPI_", "MPIR_CVAR", "HYDRA_"))}
-    env.update(extra)
-    return launcher_environment(env)
+    """Environment for child runs: no inherited MPI rank variables nor the user's MPICH settings, the
+    project's MPI defaults (one thread per rank, idle ranks sleep) and its launcher defaults (Open MPI
+    may oversubscribe and run as root), so mpiexec works as root and on 2 cores."""
+    return child_environment(extra=extra, drop=(*RANK_VARIABLES, "MPIR_CVAR"))
 
 
 def run_train(n: int, *args: str, tmp_path: Path | None = None, timeout: float = 240,
               env: dict[str, str] | None = None) -> tuple[subprocess.CompletedProcess, dict | None]:
     """Launch n ranks; returns the process and the summary JSON (None if not written)."""
     summary = None
-    cmd = [mpiexec(), "-n", str(n), sys.executable, "-m", "mpikanel.train", "--quiet", *args]
+    program = ["python", "-m", "mpikanel.train", "--quiet", *args]
     if tmp_path is not None:
         summary = tmp_path / f"summary-{os.getpid()}-{len(list(tmp_path.iterdir()))}.json"
-        cmd += ["--summary-json", str(summary)]
+        program += ["--summary-json", str(summary)]
+    cmd, env = mpiexec_launch(program, ["-n", str(n)], mpiexec=mpiexec(), env=env or clean_env())
     try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env or clean_env())
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
     except subprocess.TimeoutExpired as exc:
         pytest.fail(f"deadlock or hang: {' '.join(cmd)} did not finish in {timeout}s\n{exc.stderr}")
     data = json.loads(summary.read_text()) if summary is not None and summary.exists() else None

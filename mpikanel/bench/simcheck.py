@@ -26,12 +26,13 @@ from pathlib import Path
 
 import numpy as np
 
+from ..comm.environment import mpiexec_launch
 from ..config import config_from_args
 from ..errors import InputError
 from ..metrics import read_metrics, time_to_target
 from ..sim.models import NetworkModel, ServerModel
 from ..sim.run import SimOptions, simulate
-from .launch import find_mpiexec, rank_env
+from .launch import rank_env
 from .provenance import default_out
 from .sync import SCENARIOS, markdown_table, model_run
 
@@ -220,9 +221,9 @@ def _pair(out: Path, ranks: int, scenario: str, model: str, flags: dict, timeout
     name = f"{ranks}-{scenario}-{model.replace(':', '')}"
     metrics = out / f"{name}-real.h5"
     argv = [*model_run(model, ranks).flags, *_flags(flags)]
-    cmd = [find_mpiexec(), "-n", str(ranks), sys.executable, "-m", "mpikanel.train", "--quiet",
-           "--progress", "off", *argv, "--metrics", str(metrics)]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=rank_env(None))
+    cmd, env = mpiexec_launch(["python", "-m", "mpikanel.train", "--quiet", "--progress", "off", *argv,
+                               "--metrics", str(metrics)], ["-n", str(ranks)], env=rank_env(None))
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
     if proc.returncode != 0:
         raise RuntimeError(f"exit {proc.returncode}: {proc.stderr.strip()[-300:]}")
     real = read_metrics(metrics)

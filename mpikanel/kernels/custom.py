@@ -33,6 +33,7 @@ from typing import Callable
 from numba import njit
 from numba.core.dispatcher import Dispatcher
 
+from ..layout import linear_units
 from . import _linear
 from .base import Model, _zeros_init
 
@@ -99,9 +100,13 @@ def uncached(f: Callable | None) -> Callable | None:
 
 
 def _linear_kind(w_len: int, d: int, C: int) -> int:
-    if w_len == d + 1:
+    try:
+        units = linear_units(w_len, d)
+    except ValueError:
+        units = 0
+    if units == 1:
         return _linear.LOGISTIC
-    if w_len == C * (d + 1):
+    if units == C:
         return _linear.SOFTMAX
     raise ValueError("custom model: no predict given and the parameters are not a linear layout "
                      f"(len(w)={w_len}, d={d}, C={C}); pass predict= to register_model")

@@ -1,11 +1,9 @@
 """One-hidden-layer perceptron (ReLU or tanh hidden units, softmax output) on dense or CSR rows.
 
-Layout of the flat parameter vector (``views`` returns numpy views into it, no copies):
-  W1 (d, H) row-major at w[0 : d*H]            input -> hidden (one row of H per feature)
-  W2 (C, H) row-major at w[d*H : d*H + C*H]    hidden -> output
-  b1 (H)    then b2 (C)                        biases (not L2-regularised)
-H is recovered from len(w) = H*(d + C + 1) + C, so kernels need no extra argument but the
-activation (0 = ReLU, 1 = tanh).  Per-sample loss: softmax cross-entropy of the output.
+Layout of the flat parameter vector: W1 (d, H), W2 (C, H), b1 (H), b2 (C) (``mpikanel/layout.py``;
+``views`` returns numpy views into it, no copies). H is recovered from len(w) = H*(d + C + 1) + C,
+so kernels need no extra argument but the activation (0 = ReLU, 1 = tanh).  Per-sample loss:
+softmax cross-entropy of the output.
 Initial weights are Glorot-uniform (zero would keep all hidden units identical), biases zero.
 """
 
@@ -18,6 +16,8 @@ import numpy as np
 from numba import njit
 
 from ..errors import InputError
+from ..layout import mlp_hidden
+from ..layout import mlp_views as views
 from ._blocks import block_rows, exp_fast, gather_rows, gemm, scratch_rows
 from ._linear import SOFTMAX, _residual
 from .base import Model
@@ -43,16 +43,6 @@ def scratch_size(n_features: int, n_classes: int, hidden: int = DEFAULT_HIDDEN) 
     return n_params(d, C, H) + 2 * H + C + H * C + scratch_rows(d + 2 * H + C) * (d + 2 * H + C)
 
 
-def views(w: np.ndarray, n_features: int, n_classes: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """W1 (d, H), W2 (C, H), b1 (H), b2 (C) as views into the flat vector w."""
-    d, C = n_features, n_classes
-    H = (w.shape[0] - C) // (d + C + 1)
-    if H < 1 or H * (d + C + 1) + C != w.shape[0]:
-        raise ValueError(f"parameter vector of length {w.shape[0]} is not an MLP layout for d={d}, C={C}")
-    o1, o2, o3 = d * H, d * H + C * H, d * H + C * H + H
-    return w[:o1].reshape(d, H), w[o1:o2].reshape(C, H), w[o2:o3], w[o3:o3 + C]
-
-
 def init(n_params_: int, n_features: int, n_classes: int, rng: np.random.Generator) -> np.ndarray:
     """Glorot-uniform weights, zero biases."""
     w = np.zeros(n_params_, dtype=np.float64)
@@ -63,13 +53,8 @@ def init(n_params_: int, n_features: int, n_classes: int, rng: np.random.Generat
     return w
 
 
-@njit(cache=True, fastmath=True, nogil=True, inline="always")
-def _hidden_of(w_len, d, C):
-    """H from the parameter-vector length; -1 if it is not an MLP layout."""
-    H = (w_len - C) // (d + C + 1)
-    if H < 1 or H * (d + C + 1) + C != w_len:
-        return -1
-    return H
+#: H from the parameter-vector length; -1 if it is not an MLP layout
+_hidden_of = njit(cache=True, fastmath=True, nogil=True, inline="always")(mlp_hidden)
 
 
 @njit(cache=True, fastmath=True, nogil=True, inline="always")
