@@ -35,8 +35,11 @@ Every run processes the same work, EPOCHS x training rows samples (``--budget sh
 
 Scenarios: homogeneous, straggler (``--slowdown 1:4``), lognormal (``--slowdown lognormal:0.5``),
 slow-link (``--link-delay 1:0.03``), congested (``--server-delay 0.004``: a seeded service time
-per push on the server, on the same rank count), and a changing cluster: slowing (``--slowdown
-2:1->4@30%``) and recovering (``--slowdown 1:4->1@50%``). A homogeneous run whose largest realized
+per push on the server, on the same rank count), a changing cluster: slowing (``--slowdown
+2:1->4@30%``) and recovering (``--slowdown 1:4->1@50%``), and two meant for 33-65 paced ranks
+(``--step-time 0.02``): server-bound (``--server-delay 0.001``: the server serves fewer pushes
+than the workers send) and bandwidth-bound (1M parameters, 100k sparse features x 10 classes,
+pushed dense at ``--link-bandwidth '*:2e8'``: 40 ms per push on each worker's link). A homogeneous run whose largest realized
 step-time ratio (``per_worker[i].step_time_rel``: seconds per step, compute plus injection,
 relative to the fastest worker) exceeds 1.3 is flagged: CPU contention, not the sync model,
 decided it.
@@ -88,6 +91,13 @@ SCENARIOS: dict[str, dict[str, str]] = {
     # a changing cluster: worker 2 turns 4x slower at 30% of its steps; worker 1 recovers at half
     "slowing": {"slowdown": "2:1->4@30%"},
     "recovering": {"slowdown": "1:4->1@50%"},
+    # where ESP's judgement must matter, at 33-65 paced ranks (--step-time 0.02): 1 ms of service per
+    # push serves 1,000 pushes/s against the 1,600-3,200/s that 32-64 workers send
+    "server-bound": {"server-delay": "0.001"},
+    # 1M parameters (100k sparse features x 10 classes) pushed dense, 8 MB at 200 MB/s per worker's
+    # link: a push's 40 ms on the link is two paced steps
+    "bandwidth-bound": {"data": "synthetic-sparse", "synthetic-features": "100000", "push": "dense",
+                        "link-bandwidth": "*:2e8"},
 }
 DEFAULT_SCENARIOS = ("homogeneous", "straggler", "slow-link")
 WORKLOAD = {"synthetic-rows": "100000", "synthetic-features": "1000", "batch-size": "2048",
