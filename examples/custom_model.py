@@ -121,11 +121,13 @@ def main() -> int:
     args = p.parse_args()
     from mpi4py import MPI
 
+    from mpikanel.train import train
+
     comm = MPI.COMM_WORLD
     config = {"model": "sqhinge", "sync": args.sync, "data": args.data, "epochs": args.epochs, "lr": args.lr,
               "synthetic_rows": args.synthetic_rows, "synthetic_classes": 2, "summary_json": args.summary_json}
     try:
-        mpikanel.train(config, comm=comm)
+        train(config, comm=comm)
     except mpikanel.InputError as exc:
         if comm.Get_rank() == 0:
             print(f"custom_model: error: {exc}", file=sys.stderr)

@@ -1,6 +1,6 @@
 """mpikanel: an MPI parameter server for distributed SGD with pluggable synchronization models.
 
-``mpikanel.train(config, comm=None)`` trains collectively on an mpi4py communicator;
+``mpikanel.train.train(config, comm=None)`` trains collectively on an mpi4py communicator;
 ``python -m mpikanel.train`` is the command-line entry point; ``mpikanel.load_model(PATH)`` loads a model
 saved with ``--save-model`` (no MPI needed).
 """

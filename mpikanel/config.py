@@ -13,24 +13,30 @@ from typing import Any
 from .errors import InputError
 from .lr_schedule import SCHEDULES as LR_SCHEDULES, check_schedule
 from .engine.sparse import PUSH_MODES
-from .sync.esp import SCALES as ESP_SCALES
-from .sync.psp import AGGREGATES as PSP_AGGREGATES, ESTIMATORS as PSP_ESTIMATORS, OBJECTIVES as PSP_OBJECTIVES
-from .sync.psp import WAITS as PSP_WAITS
 from .sync.damping import DAMPINGS
-from .sync.registry import MODELS as SYNC_REGISTRY, SYNC_MODELS
+from .sync.options import ON_OFF, one_of
+from .sync.registry import MODELS as SYNC_REGISTRY, OPTIONS as SYNC_OPTIONS, SYNC_MODELS
 
-ON_OFF = ("on", "off")
+
+def _with_sync_options(cls: type) -> type:
+    """Add every sync model's options (declared in its module, mpikanel.sync.registry.OPTIONS) as
+    fields with their defaults, before @dataclass reads the class."""
+    for option in SYNC_OPTIONS.values():
+        cls.__annotations__[option.name] = option.kind.__name__
+        setattr(cls, option.name, option.default)
+    return cls
 
 
 @dataclass(frozen=True)
+@_with_sync_options
 class TrainConfig:
-    """Everything a training run needs; TOML keys and CLI flags mirror these names."""
+    """Everything a training run needs; TOML keys and CLI flags mirror these names. The sync
+    models' own options (staleness, esp_*, psp_*) are added from their declarations."""
 
     sync: str = "bsp"
     servers: int = 1
     push: str = "auto"
     permute_features: str = "off"
-    staleness: float = 3.0
     staleness_lr: str = "off"
     model: str = "softmax"
     input_shape: str | None = None
@@ -58,19 +64,6 @@ class TrainConfig:
     batch_size: int = 64
     l2: float = 1e-4
     seed: int = 0
-    esp_rho: float = 1.0
-    esp_max_skip: int = 8
-    esp_scale: str = "none"
-    esp_probe: str = "on"
-    esp_value: str = "on"
-    esp_efficiency: str = "on"
-    esp_value_high: float = 4.0
-    esp_lag: float = 0.0
-    psp_k_max: int = 8
-    psp_aggregate: str = "sum"
-    psp_wait: str = "train"
-    psp_estimator: str = "median"
-    psp_objective: str = "rate"
     step_time: float | None = None
     slowdown: str | None = None
     pause_prob: float = 0.0
@@ -146,7 +139,14 @@ def resumed_config(config: TrainConfig, checkpointed: dict[str, Any]) -> TrainCo
 #: how the run's work is counted: the whole cluster's samples (server-enforced), or each worker's own epochs
 BUDGETS = ("shared", "per-worker")
 
+#: the settings with a fixed set of values (a sync model's own are in its declarations)
+CHOICES: dict[str, tuple[str, ...]] = {"push": PUSH_MODES, "staleness_lr": DAMPINGS, "permute_features": ON_OFF,
+                                       "budget": BUDGETS, "activation": ("relu", "tanh"),
+                                       "progress": ("auto", "on", "off")}
+
 _POSITIVE = ("lr", "batch_size", "epochs", "synthetic_rows", "synthetic_features")
+#: counts that must be >= 1 when given
+_AT_LEAST_ONE = ("servers", "threads", "keep_checkpoints", "hidden", "max_steps", "n_features", "synthetic_classes")
 
 
 def _validate(c: TrainConfig) -> None:
@@ -156,67 +156,34 @@ def _validate(c: TrainConfig) -> None:
         value = getattr(c, name)
         if not value > 0:
             raise InputError(f"{_flag(name)} must be > 0, got {value}")
-    if not (c.staleness >= 0):
-        raise InputError(f"--staleness must be >= 0 (or inf), got {c.staleness}")
+    for name in _AT_LEAST_ONE:
+        value = getattr(c, name)
+        if value is not None and value < 1:
+            raise InputError(f"{_flag(name)} must be >= 1, got {value}")
+    for option in SYNC_OPTIONS.values():
+        option.check(getattr(c, option.name))
     if not (0 <= c.test_fraction < 1):
         raise InputError(f"--test-fraction must be in [0, 1), got {c.test_fraction}")
     if not (0 <= c.val_fraction < 1):
         raise InputError(f"--val-fraction must be in [0, 1), got {c.val_fraction}")
-    if c.budget not in BUDGETS:
-        raise InputError(f"--budget must be one of {', '.join(BUDGETS)}, got '{c.budget}'")
+    for name, valid in CHOICES.items():
+        if getattr(c, name) not in valid:
+            raise InputError(f"{_flag(name)} must be {one_of(valid)}, got '{getattr(c, name)}'")
     if c.time_budget is not None and not (c.time_budget > 0 and math.isfinite(c.time_budget)):
         raise InputError(f"--time-budget must be a finite number of seconds > 0, got {c.time_budget}")
-    for name in ("esp_probe", "esp_value", "esp_efficiency", "permute_features"):
-        if getattr(c, name) not in ON_OFF:
-            raise InputError(f"{_flag(name)} must be on or off, got '{getattr(c, name)}'")
-    if not c.esp_lag >= 0:
-        raise InputError(f"--esp-lag must be >= 0, got {c.esp_lag}")
-    if not c.esp_value_high > 0:
-        raise InputError(f"--esp-value-high must be > 0, got {c.esp_value_high}")
-    if c.psp_estimator not in PSP_ESTIMATORS or c.psp_objective not in PSP_OBJECTIVES:
-        raise InputError(f"--psp-estimator must be one of {', '.join(PSP_ESTIMATORS)} and --psp-objective one of "
-                         f"{', '.join(PSP_OBJECTIVES)}, got '{c.psp_estimator}' and '{c.psp_objective}'")
-    if c.psp_wait not in PSP_WAITS:
-        raise InputError(f"--psp-wait must be one of {', '.join(PSP_WAITS)}, got '{c.psp_wait}'")
     check_schedule(c.lr_schedule, c.warmup)
-    if c.staleness_lr not in DAMPINGS:
-        raise InputError(f"--staleness-lr must be one of {', '.join(DAMPINGS)}, got '{c.staleness_lr}'")
-    if c.push not in PUSH_MODES:
-        raise InputError(f"--push must be one of {', '.join(PUSH_MODES)}, got '{c.push}'")
-    if c.servers < 1:
-        raise InputError(f"--servers must be >= 1, got {c.servers}")
-    if c.threads < 1:
-        raise InputError(f"--threads must be >= 1, got {c.threads}")
     if c.step_time is not None and not (c.step_time > 0 and math.isfinite(c.step_time)):
         raise InputError(f"--step-time must be a finite number of seconds > 0, got {c.step_time}")
     if not (c.l2 >= 0 and math.isfinite(c.l2)):
         raise InputError(f"--l2 must be a finite number >= 0, got {c.l2}")
     if not math.isfinite(c.lr):
         raise InputError(f"--lr must be finite, got {c.lr}")
-    if not c.esp_rho > 0:
-        raise InputError(f"--esp-rho must be > 0, got {c.esp_rho}")
-    if c.esp_max_skip < 0:
-        raise InputError(f"--esp-max-skip must be >= 0, got {c.esp_max_skip}")
-    if c.esp_scale not in ESP_SCALES:
-        raise InputError(f"--esp-scale must be one of {', '.join(ESP_SCALES)}, got '{c.esp_scale}'")
-    if c.keep_checkpoints < 1:
-        raise InputError(f"--keep-checkpoints must be >= 1, got {c.keep_checkpoints}")
     if c.resume == "latest" and not c.checkpoint_dir:
         raise InputError("--resume latest needs --checkpoint-dir")
     from .checkpoint import parse_every
     parse_every(c.checkpoint_every)
-    if c.progress not in ("auto", "on", "off"):
-        raise InputError(f"--progress must be auto, on or off, got '{c.progress}'")
-    if c.psp_k_max < 1:
-        raise InputError(f"--psp-k-max must be >= 1, got {c.psp_k_max}")
-    if c.psp_aggregate not in PSP_AGGREGATES:
-        raise InputError(f"--psp-aggregate must be one of {', '.join(PSP_AGGREGATES)}, got '{c.psp_aggregate}'")
     if not c.snapshot_interval > 0:
         raise InputError(f"--snapshot-interval must be > 0, got {c.snapshot_interval}")
-    if c.hidden < 1:
-        raise InputError(f"--hidden must be >= 1, got {c.hidden}")
-    if c.activation not in ("relu", "tanh"):
-        raise InputError(f"--activation must be relu or tanh, got '{c.activation}'")
     if c.sparse_values not in ("binary", "tfidf") or c.sparse_nnz < 1 or not c.sparse_alpha > 0:
         raise InputError("--sparse-values must be binary or tfidf, --sparse-nnz >= 1 and --sparse-alpha > 0, got "
                          f"'{c.sparse_values}', {c.sparse_nnz} and {c.sparse_alpha}")
@@ -230,10 +197,6 @@ def _validate(c: TrainConfig) -> None:
         from .models.spec import split_spec
 
         split_spec(c.model)
-    for name in ("max_steps", "n_features", "synthetic_classes"):
-        value = getattr(c, name)
-        if value is not None and value < 1:
-            raise InputError(f"{_flag(name)} must be >= 1, got {value}")
 
 
 def _flag(name: str) -> str:
@@ -249,7 +212,6 @@ _HELP = {
     "permute_features": "on: renumber sparse (CSR) feature ids by a seeded permutation, so features "
                         "popular at low ids spread over the servers' key ranges (linear models; a saved "
                         "model is in the data's own feature order)",
-    "staleness": "SSP staleness bound s (0 = BSP, inf = ASP)",
     "staleness_lr": "damp a stale delta at the server, any sync model: off, inverse (1/(1+tau), tau = versions "
                     "since its base) or gap (1/(1+G), G = how far the parameters moved since its base in typical "
                     "updates); what is damped away is kept in the run's unapplied sum",
@@ -289,27 +251,6 @@ _HELP = {
     "batch_size": "minibatch rows per SGD step",
     "l2": "L2 regularization strength",
     "seed": "seed for data order and synthetic data",
-    "esp_rho": "ESP: push when the training a push carries (its typical steps' worth x seconds per step) >= "
-               "RHO x the seconds it takes from the cluster (the server's queue x its time per push + its own "
-               "service and payload time)",
-    "esp_max_skip": "ESP: at most this many consecutive skipped exchanges, then a blocking sync",
-    "esp_scale": "ESP: scale a stale delta on the server: none, or inverse = 1/(1+staleness)",
-    "esp_probe": "ESP: judge a push's cost by a header-only probe the server answers at once (on), or "
-                 "by past push round trips and the last reply's queue (off: an ablation)",
-    "esp_value": "ESP: weigh what the worker has to say, |unsent delta| in the server's per-step update "
-                 "norms (on), or not (off: an ablation)",
-    "esp_efficiency": "ESP: skip pushes that are not worth it now (on), or push whenever nothing is in "
-                      "flight (off: the ablation without the efficiency test; the max-skip bound stays)",
-    "esp_lag": "ESP: > 0 replaces the value-against-cost rule by the value alone (the LAG/Gaia-style "
-               "baseline, bench model lag): push once the unsent delta holds this many typical steps' worth",
-    "esp_value_high": "ESP: push even when dear once the unsent delta reaches this many typical steps' worth",
-    "psp_k_max": "PSP: most local steps a worker is planned per round, and most it trains while waiting",
-    "psp_aggregate": "PSP: add the round's deltas as they are (sum) or each divided by its steps (normalized)",
-    "psp_estimator": "PSP: each worker's seconds per step from its last 5 reports: median, p90 or ewma",
-    "psp_objective": "PSP: choose the sync time minimizing the idle share plus a price on round length "
-                     "(rate), or total idle seconds (idle: the 0.1 rule, which fills --psp-k-max)",
-    "psp_wait": "PSP: while a round closes fast workers keep training (train) or idle (idle: the "
-                "ZipLine-style ablation)",
     "step_time": "paced workers (accelerator-bound: the CPU mostly waits): every step lasts max(its compute, "
                  "SECONDS x rows/--batch-size x the worker's --slowdown factor, plus --pause-s when it pauses), "
                  "the rest slept; python -m mpikanel.sim models each step so (default: measured there; "
@@ -356,9 +297,7 @@ GROUPS: dict[str, tuple[str, ...]] = {
              "permute_features"),
     "model": ("model", "input_shape", "hidden", "activation", "lr", "lr_schedule", "warmup", "batch_size", "l2", "seed",
               "threads"),
-    "sync": ("sync", "servers", "push", "staleness", "staleness_lr", "esp_rho", "esp_max_skip", "esp_scale",
-             "esp_probe", "esp_value", "esp_efficiency", "esp_value_high", "esp_lag", "psp_k_max",
-             "psp_aggregate", "psp_estimator", "psp_objective", "psp_wait"),
+    "sync": ("sync", "servers", "push", "staleness_lr", *SYNC_OPTIONS),
     "budget": ("epochs", "budget", "time_budget", "max_steps"),
     "heterogeneity": ("step_time", "slowdown", "pause_prob", "pause_s", "link_delay", "link_bandwidth", "server_delay"),
     "checkpoints": ("checkpoint_dir", "checkpoint_every", "keep_checkpoints", "resume"),
@@ -409,16 +348,17 @@ def _float_or_inf(text: str) -> float:
         raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
 
 
-#: choices of the settings that have a fixed set of values
 def _choices() -> dict[str, tuple[str, ...]]:
+    """The values argparse accepts for each setting that has a fixed set of them."""
     from .kernels import KERNELS  # registry at parse time: user models registered before count
 
-    return {"sync": SYNC_MODELS, "push": PUSH_MODES, "esp_scale": ESP_SCALES, "progress": ("auto", "on", "off"),
-            "psp_aggregate": PSP_AGGREGATES, "budget": BUDGETS, "psp_wait": PSP_WAITS,
-            "psp_estimator": PSP_ESTIMATORS, "psp_objective": PSP_OBJECTIVES, "esp_probe": ON_OFF,
-            "esp_value": ON_OFF, "esp_efficiency": ON_OFF, "permute_features": ON_OFF,
-            "model": _ModelChoices(KERNELS), "activation": ("relu", "tanh"), "lr_schedule": LR_SCHEDULES,
-            "staleness_lr": DAMPINGS}
+    return {"sync": SYNC_MODELS, **CHOICES, **{o.name: o.choices for o in SYNC_OPTIONS.values() if o.choices},
+            "model": _ModelChoices(KERNELS), "lr_schedule": LR_SCHEDULES}
+
+
+def _help(name: str) -> str:
+    """A setting's --help line: config's own, or its sync model's declaration."""
+    return _HELP[name] if name in _HELP else SYNC_OPTIONS[name].help
 
 
 class _ModelChoices(tuple):
@@ -452,9 +392,10 @@ def build_parser(prog: str = "python -m mpikanel.train", print_errors: bool = Tr
             f = by_name[name]
             flag = _flag(name)
             default = getattr(defaults, name)
-            helptext = _HELP[name] + ("" if "default" in _HELP[name] else f" (default: {default})")
+            text = _help(name)
+            helptext = text + ("" if "default" in text else f" (default: {default})")
             if f.type in ("bool", bool):
-                g.add_argument(flag, action="store_true", help=_HELP[name])
+                g.add_argument(flag, action="store_true", help=text)
             elif name in choices:
                 g.add_argument(flag, choices=choices[name], help=helptext)
             else:

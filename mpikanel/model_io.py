@@ -92,11 +92,11 @@ def export_checkpoint(checkpoint: str | Path, path: str | Path) -> Path:
     """Write a checkpoint's global parameters as a model file (the data is described again for its labels)."""
     from .checkpoint import load
     from .config import known_settings, make_config
-    from .data import data_spec, describe
+    from .session import data_info
 
     ckpt = load(checkpoint, worker_arrays=False)
     config = make_config(known_settings(ckpt.config))
-    info = describe(data_spec(config))
+    info = data_info(config)
     return save_model(path, ckpt.params, config.to_dict(), info.n_features, info.label_values)
 
 

@@ -175,11 +175,11 @@ def test_permuted_features_train_the_same_model_and_save_it_in_the_datas_own_ord
 def test_permuted_features_need_a_linear_model():
     from mpikanel.config import make_config
     from mpikanel.errors import InputError
-    from mpikanel.train import _describe_checked
+    from mpikanel.session import describe_checked
 
     cfg = {"data": "synthetic-sparse", "synthetic_rows": 200, "synthetic_features": 50, "permute_features": "on"}
-    _describe_checked(make_config({**cfg, "model": "logistic"}), 2, 1)
+    describe_checked(make_config({**cfg, "model": "logistic"}), 2, 1)
     with pytest.raises(InputError, match="needs a linear model"):
-        _describe_checked(make_config({**cfg, "model": "mlp"}), 2, 1)
+        describe_checked(make_config({**cfg, "model": "mlp"}), 2, 1)
     with pytest.raises(InputError, match="on or off"):
         make_config({**cfg, "permute_features": "yes"})

@@ -198,7 +198,7 @@ def test_save_model_and_export_checkpoint_give_the_runs_test_accuracy(tmp_path):
     from mpikanel.config import make_config
     from mpikanel.data import describe, load_test
     from mpikanel.predict import main as predict_main
-    from mpikanel.train import data_spec
+    from mpikanel.data import data_spec
 
     ck = tmp_path / "ck"
     proc, s = run_train(3, *SMALL, "--save-model", str(tmp_path / "model.h5"), "--checkpoint-dir", str(ck),

@@ -23,7 +23,7 @@ import numpy as np
 
 from .._version import __version__
 from ..config import TrainConfig
-from ..data import DataInfo, describe, load_rows, load_test, shard_range
+from ..data import DataInfo, data_spec, describe, load_rows, load_test, shard_range
 from ..errors import InputError, TrainingError
 from ..hetero import Injector, describe_hetero, parse_hetero, sleep_for
 from ..kernels import CSR, BoundModel, bind, get_model
@@ -31,7 +31,7 @@ from ..evaluate import curve_of
 from ..metrics import SnapshotRecorder, write_metrics
 from ..summary import add_curve
 from ..engine.budget import total_samples
-from ..train import agree, data_spec, hetero_spec, val_rows, warm_ranks
+from ..session import agree, hetero_spec, start_params, val_rows, warm_ranks
 from ..worker_loop import BatchCursor, StepPlan
 
 
@@ -121,8 +121,7 @@ def train_allreduce(config: TrainConfig, comm: Any, kind: str, every: int, scale
     n_steps = comm.allreduce(budget_steps(config, s.n_train, size, s.shard.rows), op=MPI.MAX)
     n_params = s.shard.model.n_params(s.shard.X.shape[1], s.n_classes)
     # the same start as mpikanel.train (zeros, or e.g. the MLP's seeded random weights)
-    params = np.ascontiguousarray(s.shard.model.init(n_params, s.shard.X.shape[1], s.n_classes,
-                                                     np.random.default_rng([config.seed, 12345])), dtype=np.float64)
+    params = start_params(s.shard.model, n_params, s.shard.X.shape[1], s.n_classes, config.seed)
     local, delta, summed = params.copy(), np.zeros(n_params), np.zeros(n_params)
     scratch = s.shard.scratch()
     injector = Injector(hetero_spec(config), rank + 1, size, n_steps)

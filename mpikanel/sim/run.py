@@ -11,18 +11,18 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..config import TrainConfig
-from ..data import load_rows, load_test, shard_range
+from ..data import data_spec, load_rows, load_test, shard_range
 from ..engine.server_core import ServerCore
 from ..engine.servermap import ServerMap
 from ..engine.sparse import effective_mode
 from ..engine.worker_core import StepPlan, worker_core
 from ..engine.budget import fair_steps
 from ..errors import InputError
-from ..hetero import Injector, ServerDelay
+from ..hetero import Injector
 from ..kernels import bind, get_model, set_threads, warmup
 from ..metrics import SnapshotRecorder
-from ..train import (Setup, _describe_checked, budget_for, data_spec, hetero_spec, policy_for, publish,
-                     schedule_for, step_plan, val_rows)
+from ..publish import publish
+from ..session import Session, describe_checked, hetero_spec, step_plan, sync_for, val_rows
 from .engine import SimClient, Simulator
 from .models import NetworkModel, ServerModel, measure_step_s, step_times_from_metrics
 
@@ -46,7 +46,7 @@ def simulate(config: TrainConfig, opts: SimOptions) -> dict:
         raise InputError(f"--workers must be >= 1, got {opts.workers}")
     n = opts.workers
     t_setup = time.perf_counter()
-    info, model = _describe_checked(config, n, ranks_here=n + 1)    # one process holds every worker's copies
+    info, model = describe_checked(config, n, ranks_here=n + 1)    # one process holds every worker's copies
     spec = data_spec(config)
     n_val = val_rows(config, info.n_rows)
     train_rows = info.n_rows - n_val
@@ -55,36 +55,33 @@ def simulate(config: TrainConfig, opts: SimOptions) -> dict:
     test = bind(model, *_xy(load_test(spec, info)), info.n_classes)
     val = bind(model, *_xy(load_rows(spec, info, train_rows, info.n_rows)), info.n_classes) if n_val else None
     shards = _shards(spec, info, train_rows, n, model)
-    budget = budget_for(config, n, train_rows)
     plan = step_plan(config, info.n_classes, n, train_rows)
     n_params = model.n_params(info.n_features, info.n_classes)
     push_mode = effective_mode(config.push, shards[0].sparse)
-    s = Setup(config, info, model, n_params, plan, None, test, val, train_rows=train_rows,
-              servers=ServerMap(n_params, config.servers), push_mode=push_mode)
-    params = np.ascontiguousarray(model.init(n_params, info.n_features, info.n_classes,
-                                             np.random.default_rng([config.seed, 12345])), dtype=np.float64)
+    policy, schedule = sync_for(config, n)
+    s = Session(config, info, model, n_params, plan, None, test, val, train_rows=train_rows,
+                servers=ServerMap(n_params, config.servers), push_mode=push_mode, n_workers=n, policy=policy,
+                schedule=schedule)
+    params = s.initial_params()
     initial = params.copy()
     if opts.step_time is None and config.step_time is not None:
         opts = dataclasses.replace(opts, step_time=config.step_time)
     step_s = _step_times(opts, shards[0], params, plan, config.seed, n)
 
     recorder = SnapshotRecorder(config.snapshot_interval)
-    policy = policy_for(config, n)
-    core = ServerCore(params, policy, n, budget, recorder, push_mode=push_mode, damping=config.staleness_lr)
+    core = ServerCore(params, s.policy, n, s.budget(), recorder, push_mode=push_mode, damping=config.staleness_lr)
     injected = hetero_spec(config)
     if opts.replay:     # replayed step times already hold the slowdown and pauses the real run saw
         injected = dataclasses.replace(injected, slowdown=None, pause_prob=0.0, pause_s=0.0)
     fair = fair_steps(config.epochs, train_rows, n, config.batch_size)
     injectors = [Injector(injected, w + 1, n, fair) for w in range(n)]
-    service = ServerDelay(config.server_delay, config.seed) if config.server_delay else None
-    sim = Simulator(core, [], injectors, step_s, config.batch_size, opts.network, opts.server, service,
+    sim = Simulator(core, [], injectors, step_s, config.batch_size, opts.network, opts.server, s.service_delay(),
                     clock=time.perf_counter, servers=config.servers)
-    schedule = schedule_for(config, n)
     for w in range(n):
         client = SimClient(sim, w, n_params, push_mode)
         sim.clients.append(client)
         rng = np.random.default_rng([config.seed, w + 1])
-        sim.gens.append(worker_core(client, shards[w], params, plan, rng, w + 1, injectors[w], schedule))
+        sim.gens.append(worker_core(client, shards[w], params, plan, rng, w + 1, injectors[w], s.schedule))
     setup_s = time.perf_counter() - t_setup
     t0 = time.perf_counter()
     load_before = os.getloadavg()[0]

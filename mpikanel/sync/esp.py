@@ -5,14 +5,36 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..errors import InputError
 from ..hetero import uniform_draw
 from .book import Book
 from .damping import inverse_scale
+from .options import ON_OFF, Bound, Option
 from .schedule import Action, Schedule, WorkerState
-from .ssp import SSP
+from .ssp import SSP, STALENESS
 
 SCALES = ("none", "inverse")
+SCALE = Option("esp_scale", str, "none", "ESP: scale a stale delta on the server: none, or inverse = 1/(1+staleness)",
+               choices=SCALES)
+OPTIONS = (
+    STALENESS,
+    Option("esp_rho", float, 1.0, "ESP: push when the training a push carries (its typical steps' worth x seconds "
+           "per step) >= RHO x the seconds it takes from the cluster (the server's queue x its time per push + its "
+           "own service and payload time)", bound=Bound(0, strict=True)),
+    Option("esp_max_skip", int, 8, "ESP: at most this many consecutive skipped exchanges, then a blocking sync",
+           bound=Bound(0)),
+    SCALE,
+    Option("esp_probe", str, "on", "ESP: judge a push's cost by a header-only probe the server answers at once "
+           "(on), or by past push round trips and the last reply's queue (off: an ablation)", choices=ON_OFF),
+    Option("esp_value", str, "on", "ESP: weigh what the worker has to say, |unsent delta| in the server's per-step "
+           "update norms (on), or not (off: an ablation)", choices=ON_OFF),
+    Option("esp_efficiency", str, "on", "ESP: skip pushes that are not worth it now (on), or push whenever nothing "
+           "is in flight (off: the ablation without the efficiency test; the max-skip bound stays)", choices=ON_OFF),
+    Option("esp_value_high", float, 4.0, "ESP: push even when dear once the unsent delta reaches this many typical "
+           "steps' worth", bound=Bound(0, strict=True)),
+    Option("esp_lag", float, 0.0, "ESP: > 0 replaces the value-against-cost rule by the value alone (the "
+           "LAG/Gaia-style baseline, bench model lag): push once the unsent delta holds this many typical steps' "
+           "worth", bound=Bound(0)),
+)
 
 
 class ESP(SSP):
@@ -24,12 +46,10 @@ class ESP(SSP):
     """
 
     name = "esp"
-    SCALES = SCALES
 
     def __init__(self, staleness: float, scale: str = "none") -> None:
         super().__init__(staleness)
-        if scale not in self.SCALES:
-            raise InputError(f"--esp-scale must be one of {', '.join(self.SCALES)}, got '{scale}'")
+        SCALE.check(scale)
         self.scale = scale
 
     def delta_scale(self, book: Book, w: int) -> float:

@@ -54,9 +54,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..errors import InputError
 from .book import Book
 from .bsp import BSP
+from .options import Bound, Option
 from .schedule import Action, Schedule, WorkerState
 
 AGGREGATES = ("sum", "normalized")
@@ -67,6 +67,19 @@ OBJECTIVES = ("rate", "idle")
 #: price of round length in the "rate" objective: one extra T_min of round must cut the idle share by 5 points
 LENGTH_PENALTY = 0.05
 EWMA_ALPHA = 0.3
+
+K_MAX = Option("psp_k_max", int, 8, "PSP: most local steps a worker is planned per round, and most it trains while "
+               "waiting", bound=Bound(1))
+AGGREGATE = Option("psp_aggregate", str, "sum", "PSP: add the round's deltas as they are (sum) or each divided by "
+                   "its steps (normalized)", choices=AGGREGATES)
+ESTIMATOR = Option("psp_estimator", str, "median", "PSP: each worker's seconds per step from its last 5 reports: "
+                   "median, p90 or ewma", choices=ESTIMATORS)
+OBJECTIVE = Option("psp_objective", str, "rate", "PSP: choose the sync time minimizing the idle share plus a price "
+                   "on round length (rate), or total idle seconds (idle: the 0.1 rule, which fills --psp-k-max)",
+                   choices=OBJECTIVES)
+WAIT = Option("psp_wait", str, "train", "PSP: while a round closes fast workers keep training (train) or idle "
+              "(idle: the ZipLine-style ablation)", choices=WAITS)
+OPTIONS = (K_MAX, AGGREGATE, ESTIMATOR, OBJECTIVE, WAIT)
 
 
 @dataclass(frozen=True)
@@ -158,8 +171,7 @@ class StepTimePredictor:
     residuals: list = field(init=False)
 
     def __post_init__(self) -> None:
-        if self.estimator not in ESTIMATORS:
-            raise InputError(f"--psp-estimator must be one of {', '.join(ESTIMATORS)}, got '{self.estimator}'")
+        ESTIMATOR.check(self.estimator)
         self.history = [deque(maxlen=self.window) for _ in range(self.n_workers)]
         self.residuals = [deque(maxlen=self.window) for _ in range(self.n_workers)]
         self._t = np.full(self.n_workers, np.nan)
@@ -269,12 +281,9 @@ class PSP(BSP):
                  fallback_error: float = 0.5, window: int = 5, error_rounds: int = 3,
                  min_gain: float = 0.3, estimator: str = "median", objective: str = "rate",
                  retry_every: int = 4, train_while_waiting: bool = True) -> None:
-        if k_max < 1:
-            raise InputError(f"--psp-k-max must be >= 1, got {k_max}")
-        if aggregate not in AGGREGATES:
-            raise InputError(f"--psp-aggregate must be one of {', '.join(AGGREGATES)}, got '{aggregate}'")
-        if objective not in OBJECTIVES:
-            raise InputError(f"--psp-objective must be one of {', '.join(OBJECTIVES)}, got '{objective}'")
+        K_MAX.check(k_max)
+        AGGREGATE.check(aggregate)
+        OBJECTIVE.check(objective)
         self.k_max = k_max
         self.aggregate = aggregate
         self.fallback_error = fallback_error

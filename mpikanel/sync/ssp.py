@@ -5,10 +5,14 @@ import math
 
 import numpy as np
 
-from ..errors import InputError
 from .book import Book
+from .options import Bound, Option
 from .policy import SyncPolicy
 from .schedule import Schedule
+
+STALENESS = Option("staleness", float, 3.0, "SSP staleness bound s (0 = BSP, inf = ASP)",
+                   bound=Bound(0, note="(or inf)"))
+OPTIONS = (STALENESS,)
 
 
 class SSP(SyncPolicy):
@@ -17,8 +21,7 @@ class SSP(SyncPolicy):
     name = "ssp"
 
     def __init__(self, staleness: float) -> None:
-        if staleness < 0:
-            raise InputError(f"--staleness must be >= 0, got {staleness}")
+        STALENESS.check(staleness)
         self.staleness = staleness
 
     def release(self, book: Book) -> list[int]:

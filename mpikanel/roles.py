@@ -1,0 +1,133 @@
+"""What each rank of a run does: rank 0 serves (and decides for every server), ranks 1..K-1
+follow it on their key ranges, the others train."""
+from __future__ import annotations
+
+import time
+from dataclasses import replace
+
+import numpy as np
+
+from . import checkpoint as ckpt_mod
+from .data import shard_range
+from .engine.budget import fair_steps, total_samples
+from .engine.server_core import ServerCore
+from .hetero import Injector
+from .metrics import SnapshotRecorder
+from .progress import Progress
+from .session import Session, hetero_spec
+from .signals import StopSignals
+from .worker_loop import WorkerStats, run_worker
+
+
+def serve(comm, s: Session, params: np.ndarray, initial: np.ndarray, ckpt,
+          stop: StopSignals) -> tuple[object, SnapshotRecorder, list[dict]]:
+    """Rank 0: run the parameter server; returns its stats, the snapshot recorder, the last checkpoint."""
+    from .comm.server import ParameterServer
+
+    config, n_workers = s.config, s.n_workers
+    if config.budget == "shared":
+        total = -(-total_samples(config.epochs, s.train_rows) // config.batch_size)
+    else:
+        total = sum(s.plan.total_steps(b - a) for a, b in
+                    (shard_range(s.train_rows, n_workers, w) for w in range(n_workers)))
+    recorder = SnapshotRecorder(config.snapshot_interval)
+    written: list[dict] = []     # each checkpoint: where, how big, how long it held and wrote
+    control = None
+    if config.checkpoint_dir:
+        ckpt_mod.clean_temporaries(config.checkpoint_dir)
+        every_s, every_steps = ckpt_mod.parse_every(config.checkpoint_every)
+        elapsed_before = ckpt.elapsed_s if ckpt is not None else 0.0
+        keys = s.servers.range(0)
+        ranges = [(r.start, r.stop) for r in (s.servers.range(k) for k in range(config.servers))]
+
+        def write(server, reason: str, final: bool) -> None:
+            seq = control.seq
+            t_own = time.perf_counter()
+            others = server.parts(seq)          # the other servers write theirs meanwhile
+            meta, arrays = server.state()
+            unapplied = arrays.pop("unapplied", None)
+            parts = [ckpt_mod.write_server_part(config.checkpoint_dir, seq, 0, keys, params[keys], initial[keys],
+                                                None if unapplied is None else unapplied[keys], (meta, arrays),
+                                                ckpt_mod.hold_s(0, seq))]
+            own_s = time.perf_counter() - t_own
+            parts += others()
+            parts += [server.worker_parts[w] for w in range(n_workers)]
+            elapsed = elapsed_before + time.perf_counter() - server.t_start
+            run = ckpt_mod.run_fields(config.to_dict(), n_workers + 1, ranges, config.sync, s.model.name, elapsed,
+                                      final, reason)
+            path = ckpt_mod.commit(config.checkpoint_dir, seq, run, parts, keep=config.keep_checkpoints)
+            done = time.perf_counter() - server.t_start
+            # hold: the cut waiting for every worker's push; write: from its answers to the commit
+            written.append({"path": str(path), "seq": seq, "reason": reason, "files": len(parts),
+                            "bytes": sum(int(q["bytes"]) for q in parts), "hold_s": server.cut_answered_at - server.cut_asked_at,
+                            "write_s": done - server.cut_answered_at, "server0_part_s": own_s,
+                            "slowest_part_s": max(q["write_s"] for q in parts if q.get("seq") == seq),
+                            "pause_s": done - server.cut_asked_at})
+            if not config.quiet:
+                print(f"mpikanel: checkpoint ({reason}) written to {path}", flush=True)
+
+        control = ckpt_mod.CheckpointControl(every_s, every_steps, stop.requested, write,
+                                             seq=ckpt_mod.next_seq(config.checkpoint_dir))
+    with Progress(total, config) as on_progress:
+        core = ServerCore(params, s.policy, n_workers, s.budget(), recorder, control, on_progress, s.push_mode,
+                          damping=config.staleness_lr)
+        if ckpt is not None:
+            core.restore(ckpt.server, ckpt.server_arrays)
+            if not ckpt.server.get("reshaped"):
+                # a worker that has left writes no part again: later checkpoints link its last one
+                core.worker_parts = {int(e["index"]): {**e, "path": str((ckpt.path / e["file"]).resolve())}
+                                     for e in ckpt.parts if e["role"] == "worker"}
+        stats = ParameterServer(comm, core, s.service_delay(), probes=s.schedule.uses_probes,
+                                servers=s.servers).run()
+    return stats, recorder, written
+
+
+def follow(comm, s: Session, params: np.ndarray, initial: np.ndarray, unapplied: np.ndarray | None) -> None:
+    """Server ranks 1..K-1: serve their key range as rank 0 decides."""
+    from .comm.follower import FollowerServer
+
+    config, k = s.config, comm.Get_rank()
+    keys = s.servers.range(k)
+
+    def write_part(seq: int, own: np.ndarray, unapplied: np.ndarray | None) -> dict:
+        return ckpt_mod.write_server_part(config.checkpoint_dir, seq, k, keys, own, initial[keys], unapplied,
+                                          pause_s=ckpt_mod.hold_s(k, seq))
+
+    follower = FollowerServer(comm, params, s.servers, s.n_workers, s.service_delay(), s.push_mode,
+                              write_part if config.checkpoint_dir else None)
+    if unapplied is not None:
+        follower.core.unapplied = unapplied[keys].copy()
+    follower.run()
+
+
+def work(comm, s: Session, params: np.ndarray, w: int, state: dict | None, stop: StopSignals) -> WorkerStats:
+    """Worker w (rank K + w): train on its shard. Seeds, shards and injected heterogeneity follow
+    w, not the rank, so a run is the same whatever the number of servers."""
+    from .comm.worker import WorkerClient
+
+    config, n_workers = s.config, s.n_workers
+    rank = w + 1                    # the worker's rank as with one server
+    client = WorkerClient(comm, s.n_params, servers=s.servers, push_mode=s.push_mode)
+    client.stop_requested = stop.requested
+    if config.checkpoint_dir:
+        def write_part(saved: dict, seq: int) -> dict:
+            return ckpt_mod.write_worker_part(config.checkpoint_dir, seq, w, saved,
+                                              pause_s=ckpt_mod.hold_s(comm.Get_rank(), seq))
+        client.write_part = write_part
+    plan = s.plan
+    if state is not None and "reshaped_seq" in state:
+        # a start on another worker count: a new pass over the new shard, in a new order, on the
+        # lease the server's restored budget gives this worker
+        rng = np.random.default_rng([config.seed, rank, int(state["reshaped_seq"])])
+        plan, state = replace(plan, lease=int(state["lease"])), None
+    else:
+        rng = np.random.default_rng([config.seed, rank])
+    injector = Injector(hetero_spec(config), rank, n_workers,
+                        fair_steps(config.epochs, s.train_rows, n_workers, config.batch_size))
+    try:
+        _, stats = run_worker(client, s.shard, params, plan, rng, rank, injector,
+                              s.schedule, resume=state, step_time=config.step_time)
+    finally:
+        client.close()
+    return stats
+
