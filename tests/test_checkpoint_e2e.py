@@ -139,7 +139,14 @@ def signal_ranks(proc, sig, pids: dict[int, int]):
         proc.send_signal(sig)
         return
     for rank, pid in pids.items():
-        assert mpi_rank_of(pid) == rank, f"rank {rank} (pid {pid}) has already ended"
+        if mpi_rank_of(pid) != rank:
+            try:                        # why it ended: the job's own words, if it ends by itself
+                _, err = proc.communicate(timeout=15)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                _, err = proc.communicate()
+            pytest.fail(f"rank {rank} (pid {pid}) ended before the signal; the job: exit {proc.returncode}, "
+                        f"stderr {err[-2000:]!r}")
         os.kill(pid, sig)
 
 
