@@ -429,9 +429,7 @@ def _follow(comm, s: Setup, params: np.ndarray, initial: np.ndarray, unapplied: 
                                           pause_s=ckpt_mod.hold_s(k, seq))
 
     follower = FollowerServer(comm, params, s.servers, comm.Get_size() - config.servers, service, s.push_mode,
-                              write_part if config.checkpoint_dir else None)
-    if unapplied is not None:
-        follower.core.unapplied = unapplied[keys].copy()
+                              write_part if config.checkpoint_dir else None, unapplied)
     follower.run()
 
 
