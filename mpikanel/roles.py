@@ -31,55 +31,27 @@ def serve(comm, s: Session, params: np.ndarray, initial: np.ndarray, ckpt,
         total = sum(s.plan.total_steps(b - a) for a, b in
                     (shard_range(s.train_rows, n_workers, w) for w in range(n_workers)))
     recorder = SnapshotRecorder(config.snapshot_interval)
-    written: list[dict] = []     # each checkpoint: where, how big, how long it held and wrote
-    control = None
+    coordinator = None
     if config.checkpoint_dir:
         ckpt_mod.clean_temporaries(config.checkpoint_dir)
         every_s, every_steps = ckpt_mod.parse_every(config.checkpoint_every)
-        elapsed_before = ckpt.elapsed_s if ckpt is not None else 0.0
-        keys = s.servers.range(0)
         ranges = [(r.start, r.stop) for r in (s.servers.range(k) for k in range(config.servers))]
-
-        def write(server, reason: str, final: bool) -> None:
-            seq = control.seq
-            t_own = time.perf_counter()
-            others = server.parts(seq)          # the other servers write theirs meanwhile
-            meta, arrays = server.state()
-            unapplied = arrays.pop("unapplied", None)
-            parts = [ckpt_mod.write_server_part(config.checkpoint_dir, seq, 0, keys, params[keys], initial[keys],
-                                                None if unapplied is None else unapplied[keys], (meta, arrays),
-                                                ckpt_mod.hold_s(0, seq))]
-            own_s = time.perf_counter() - t_own
-            parts += others()
-            parts += [server.worker_parts[w] for w in range(n_workers)]
-            elapsed = elapsed_before + time.perf_counter() - server.t_start
-            run = ckpt_mod.run_fields(config.to_dict(), n_workers + 1, ranges, config.sync, s.model.name, elapsed,
-                                      final, reason)
-            path = ckpt_mod.commit(config.checkpoint_dir, seq, run, parts, keep=config.keep_checkpoints)
-            done = time.perf_counter() - server.t_start
-            # hold: the cut waiting for every worker's push; write: from its answers to the commit
-            written.append({"path": str(path), "seq": seq, "reason": reason, "files": len(parts),
-                            "bytes": sum(int(q["bytes"]) for q in parts), "hold_s": server.cut_answered_at - server.cut_asked_at,
-                            "write_s": done - server.cut_answered_at, "server0_part_s": own_s,
-                            "slowest_part_s": max(q["write_s"] for q in parts if q.get("seq") == seq),
-                            "pause_s": done - server.cut_asked_at})
-            if not config.quiet:
-                print(f"mpikanel: checkpoint ({reason}) written to {path}", flush=True)
-
-        control = ckpt_mod.CheckpointControl(every_s, every_steps, stop.requested, write,
-                                             seq=ckpt_mod.next_seq(config.checkpoint_dir))
+        files = ckpt_mod.FileParts(config.checkpoint_dir, s.servers.range(0), initial, ranges, config.to_dict(),
+                                   n_workers + 1, config.sync, s.model.name, config.keep_checkpoints, config.quiet)
+        control = ckpt_mod.CheckpointControl(every_s, every_steps, seq=ckpt_mod.next_seq(config.checkpoint_dir))
+        coordinator = ckpt_mod.CheckpointCoordinator(control, files, n_workers, time.perf_counter, stop.requested,
+                                                     elapsed_before_s=ckpt.elapsed_s if ckpt is not None else 0.0)
+        if ckpt is not None and not ckpt.server.get("reshaped"):
+            # a worker that has left writes no part again: later checkpoints link its last one
+            coordinator.entries = {int(e["index"]): {**e, "path": str((ckpt.path / e["file"]).resolve())}
+                                   for e in ckpt.parts if e["role"] == "worker"}
     with Progress(total, config) as on_progress:
-        core = ServerCore(params, s.policy, n_workers, s.budget(), recorder, control, on_progress, s.push_mode,
-                          damping=config.staleness_lr)
+        core = ServerCore(params, s.policy, n_workers, s.budget(), recorder, coordinator, on_progress, s.push_mode,
+                          damping=config.staleness_lr, service=s.service_delay())
         if ckpt is not None:
             core.restore(ckpt.server, ckpt.server_arrays)
-            if not ckpt.server.get("reshaped"):
-                # a worker that has left writes no part again: later checkpoints link its last one
-                core.worker_parts = {int(e["index"]): {**e, "path": str((ckpt.path / e["file"]).resolve())}
-                                     for e in ckpt.parts if e["role"] == "worker"}
-        stats = ParameterServer(comm, core, s.service_delay(), probes=s.schedule.uses_probes,
-                                servers=s.servers).run()
-    return stats, recorder, written
+        stats = ParameterServer(comm, core, probes=s.schedule.uses_probes, servers=s.servers).run()
+    return stats, recorder, coordinator.written if coordinator is not None else []
 
 
 def follow(comm, s: Session, params: np.ndarray, initial: np.ndarray, unapplied: np.ndarray | None) -> None:
@@ -94,9 +66,7 @@ def follow(comm, s: Session, params: np.ndarray, initial: np.ndarray, unapplied:
                                           pause_s=ckpt_mod.hold_s(k, seq))
 
     follower = FollowerServer(comm, params, s.servers, s.n_workers, s.service_delay(), s.push_mode,
-                              write_part if config.checkpoint_dir else None)
-    if unapplied is not None:
-        follower.core.unapplied = unapplied[keys].copy()
+                              write_part if config.checkpoint_dir else None, unapplied)
     follower.run()
 
 

@@ -104,7 +104,7 @@ def test_bsp_core_sums_sparse_pushes_as_it_sums_the_same_pushes_dense():
             full[keys] = values
             dense.on_push(Push(w, clock, 1, 1, clock - 1, 0.01, delta=full), 0.0)
             sparse.on_push(Push(w, clock, 1, 1, clock - 1, 0.01, delta=values, keys=keys), 0.0)
-        a_dense, a_sparse = dense.release(0.0), sparse.release(0.0)
+        a_dense, a_sparse = ([s.answer for s in c.on_tick(0.0).replies] for c in (dense, sparse))
         assert [a.keys for a in a_dense] == [None, None]
         # each worker's reply carries both workers' keys: what changed since its last reply
         assert all(a.keys is not None and a.keys.size <= 12 for a in a_sparse)

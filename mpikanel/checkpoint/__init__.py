@@ -19,16 +19,18 @@ differs from the manifest's is refused, naming the file. A worker that has left 
 part: later checkpoints hard-link it (copy where links fail) instead of writing it again.
 """
 from .control import CheckpointControl, parse_every
+from .coordinator import CheckpointCoordinator, CheckpointIO, Cut, CutState, PeerParts, ServerPart
 from .layout import (FORMAT, MANIFEST, SCHEMA, SPARSE_AT, Checkpoint, checkpoint_dir, checkpoint_paths,
                      clean_temporaries, next_seq, sha256_of)
 from .read import load, load_latest, worker_state
 from .restart import check_compatible, reshape
-from .write import (HOLD_ENV, HOLD_S, commit, hold_s, run_fields, save, write_part, write_server_part,
-                    write_worker_part)
+from .write import (HOLD_ENV, HOLD_S, FileParts, commit, hold_s, run_fields, save, write_part,
+                    write_server_part, write_worker_part)
 
 
 
 __all__ = ["FORMAT", "MANIFEST", "SCHEMA", "SPARSE_AT", "HOLD_ENV", "HOLD_S", "Checkpoint", "CheckpointControl",
+           "CheckpointCoordinator", "CheckpointIO", "Cut", "CutState", "FileParts", "PeerParts", "ServerPart",
            "check_compatible", "checkpoint_dir", "checkpoint_paths", "clean_temporaries", "commit", "hold_s",
            "load", "load_latest", "next_seq", "parse_every", "reshape", "run_fields", "save",
            "sha256_of", "worker_state", "write_part", "write_server_part", "write_worker_part"]

@@ -1,20 +1,17 @@
-"""When a run checkpoints: the interval flags and the server's control object."""
+"""When a run checkpoints: the interval flags and the intervals' schedule."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 from ..errors import InputError
 
 
 @dataclass
 class CheckpointControl:
-    """When the server checkpoints, and how it writes (the entry point supplies `write`)."""
+    """When the server checkpoints (the intervals) and the number the next checkpoint gets."""
 
     every_s: float = 0.0
     every_steps: int = 0
-    stop_requested: Any = lambda: False      # () -> bool: a signal reached this rank
-    write: Any = None                        # (server, reason, final) -> Path
     seq: int = 1                             # the number the next checkpoint gets (its directory)
     _last_s: float = 0.0
     _last_steps: int = 0

@@ -15,6 +15,7 @@ import numpy as np
 from ..errors import CheckpointError
 from .layout import (FORMAT, MANIFEST, SCHEMA, Checkpoint, checkpoint_dir, checkpoint_paths, fsync_path,
                      next_seq, put_array, sha256_of)
+from .coordinator import ServerPart
 from .read import worker_state
 
 #: fault tests: "RANK:SEQ" makes that rank's part of checkpoint SEQ pause mid-file for a minute
@@ -146,3 +147,25 @@ def save(directory: str | Path, ckpt: Checkpoint, keep: int = 3) -> Path:
     parts += [write_worker_part(directory, seq, w, worker_state(saved)) for w, saved in enumerate(ckpt.workers)]
     run = run_fields(ckpt.config, ckpt.ranks, [(0, n)], ckpt.sync, ckpt.model, ckpt.elapsed_s, ckpt.final, ckpt.reason)
     return commit(directory, seq, run, parts, keep)
+
+
+class FileParts:
+    """Server 0's :class:`~mpikanel.checkpoint.coordinator.CheckpointIO` over a checkpoint directory."""
+
+    def __init__(self, directory: str | Path, keys: slice, initial: np.ndarray, key_ranges: list[tuple[int, int]],
+                 config: dict, ranks: int, sync: str, model: str, keep: int = 3, quiet: bool = True) -> None:
+        self.directory, self.keys, self.initial, self.key_ranges = directory, keys, initial, key_ranges
+        self.config, self.ranks, self.sync, self.model, self.keep, self.quiet = config, ranks, sync, model, keep, quiet
+
+    def write_own(self, seq: int, part: ServerPart) -> dict:
+        """Server 0's part: its key range, what it scaled away and the book."""
+        return write_server_part(self.directory, seq, 0, self.keys, part.params, self.initial[self.keys],
+                                 part.unapplied, (part.meta, part.arrays), hold_s(0, seq))
+
+    def commit(self, seq: int, reason: str, final: bool, entries: list[dict], elapsed_s: float) -> str:
+        """The manifest over every part, last; keep-last-N."""
+        run = run_fields(self.config, self.ranks, self.key_ranges, self.sync, self.model, elapsed_s, final, reason)
+        path = commit(self.directory, seq, run, entries, keep=self.keep)
+        if not self.quiet:
+            print(f"mpikanel: checkpoint ({reason}) written to {path}", flush=True)
+        return str(path)

@@ -13,7 +13,7 @@ from typing import Callable
 import numpy as np
 from mpi4py import MPI
 
-from ..engine.follower_core import FollowerCore
+from ..engine.follower_core import Action, FollowerCore
 from ..hetero import ServerDelay, sleep_for
 from .waits import wait_some
 from ..engine.servermap import ServerMap
@@ -28,14 +28,17 @@ class FollowerServer:
 
     def __init__(self, comm: MPI.Comm, params: np.ndarray, smap: ServerMap, n_workers: int,
                  service: ServerDelay | None = None, push_mode: str = "dense",
-                 write_part: Callable[[int, np.ndarray, np.ndarray | None], dict] | None = None) -> None:
-        """``write_part(seq, range, unapplied)`` writes this rank's part of checkpoint seq (its manifest entry)."""
+                 write_part: Callable[[int, np.ndarray, np.ndarray | None], dict] | None = None,
+                 unapplied: np.ndarray | None = None) -> None:
+        """``write_part(seq, range, unapplied)`` writes this rank's part of checkpoint seq (its manifest
+        entry); ``unapplied``: what the run resumed from had scaled away (the whole vector)."""
         self.comm = comm
         self.write_part = write_part
         self.rank = comm.Get_rank()
         self.keys = smap.range(self.rank)
         self.first = smap.first_worker()
-        self.core = FollowerCore(params[self.keys], n_workers, push_mode)
+        self.core = FollowerCore(params[self.keys], n_workers, push_mode,
+                                 None if unapplied is None else unapplied[self.keys].copy())
         self.service = service
         n = self.keys.stop - self.keys.start
         self._traffic = Traffic(comm, n_workers, self.first, n, push_mode)
@@ -50,7 +53,8 @@ class FollowerServer:
         t_start = time.perf_counter()
         self._control_recv.Start()
         core, pool = self.core, self._traffic.pool
-        while not core.ended:
+        ended = False
+        while not ended:
             pool.ensure()       # a frame stays posted while one is free: any worker may push
             n = len(pool.requests)
             statuses: list[MPI.Status] = []
@@ -63,7 +67,8 @@ class FollowerServer:
                 core.add_ops(self._control)
                 self._control_recv.Start()
             while (action := core.next()) is not None:
-                self._do(action.op, action.w, action.arg, time.perf_counter() - t_start)
+                self._do(action, time.perf_counter() - t_start)
+                ended = ended or action.op is Op.END
             self._busy_s += time.perf_counter() - t0
         self._traffic.wait_sent()
         pool.close()
@@ -80,29 +85,26 @@ class FollowerServer:
             sleep_for(self.service.draw(self._pushes - 1))
         self.core.push_arrived(w)
 
-    def _do(self, op: Op, w: int, arg: int | float, now: float) -> None:
-        core = self.core
+    def _do(self, action: Action, now: float) -> None:
+        op, w = action.op, action.w
         if op is Op.APPLY:
             keys, values = self._delta[w]
-            core.apply(values, float(arg), keys)
+            self.core.apply(values, float(action.arg), keys)
         elif op is Op.REPLY:
-            self._reply(w)
+            out = self._traffic.header(w)
+            out.header[H.VERSION] = action.version
+            out.header[H.FLAGS] = 0
+            self._traffic.reply(w, action.version, action.params, action.keys)
             self._traffic.pool.release(w)
         elif op is Op.SLICE:
-            self.comm.Send([core.params, MPI.DOUBLE], dest=PRIMARY, tag=Tag.SLICE)
-            if arg:
-                scaled = core.unapplied if core.unapplied is not None else np.zeros_like(core.params)
+            self.comm.Send([action.params, MPI.DOUBLE], dest=PRIMARY, tag=Tag.SLICE)
+            if action.arg:
+                scaled = action.unapplied if action.unapplied is not None else np.zeros_like(action.params)
                 self.comm.Send([scaled, MPI.DOUBLE], dest=PRIMARY, tag=Tag.SLICE)
         elif op is Op.CHECKPOINT:
-            part = self.write_part(int(arg), core.params, core.unapplied)
+            part = self.write_part(int(action.arg), action.params, action.unapplied)
             self.comm.send(part, dest=PRIMARY, tag=Tag.STATE)
         elif op is Op.END:
             report = server_report(self.rank, self.keys, self._pushes, self._traffic, self._busy_s, now)
-            report["deltas_applied"] = core.deltas_applied
+            report["deltas_applied"] = action.deltas_applied
             self.comm.send(report, dest=PRIMARY, tag=Tag.SERVER_STATS)
-
-    def _reply(self, w: int) -> None:
-        out = self._traffic.header(w)
-        out.header[H.VERSION] = self.core.version
-        out.header[H.FLAGS] = 0
-        self._traffic.reply(w, self.core.version, self.core.params, self.core.replies.reply(w, self.core.version))

@@ -2,7 +2,9 @@
 
 Every decision lives in :class:`mpikanel.engine.server_core.ServerCore`; this loop only waits
 for frames (``Waitsome`` over a pool of persistent ``ANY_SOURCE`` receives, which blocks inside
-MPI so an idle server yields the CPU), decodes them, and ``Isend``s the core's answers. The pool
+MPI so an idle server yields the CPU), decodes them, and performs the
+:class:`~mpikanel.engine.outcome.Outcome` each core call answers with (``Isend`` its replies,
+free its frames, forward its ops, collect its checkpoint entries). The pool
 (:class:`PushPool`) holds as many frames as pushes are held or landing, not one per worker: a
 buffer goes back to the pool once its delta is applied (at once under ASP, SSP and ESP; at the
 round's release under BSP and PSP), and a push that finds no posted buffer waits in MPI.
@@ -25,17 +27,19 @@ their key ranges back only for a snapshot and the end, and write their own parts
 from __future__ import annotations
 
 import time
+from typing import Callable
 
 import numpy as np
 from mpi4py import MPI
 
+from ..engine.outcome import Outcome, Send
 from ..engine.server_core import Push, ServerCore, ServerStats
-from ..hetero import ServerDelay, sleep_for
+from ..hetero import sleep_for
 from ..engine.servermap import ServerMap
 from ..engine.sparse import capacity
 from ..summary import peak_rss_mb
 from .waits import wait_some
-from ..engine.messages import OP_INTS, Answer, Flag, Frame, H, M, Op, Tag, control_ints, write_answer
+from ..engine.messages import OP_INTS, Flag, Frame, H, M, Op, Tag, control_ints, write_answer
 
 __all__ = ["ParameterServer", "ReplySnapshots", "ServerStats"]
 
@@ -232,20 +236,23 @@ class Traffic:
 
 
 class ParameterServer:
-    """The MPI transport of a ServerCore: server ranks 0..K-1, then workers 0..N-1 (rank K + w)."""
+    """The MPI transport of a ServerCore: server ranks 0..K-1, then workers 0..N-1 (rank K + w).
 
-    def __init__(self, comm: MPI.Comm, core: ServerCore, service: ServerDelay | None = None,
-                 probes: bool = False, servers: ServerMap | None = None) -> None:
-        """Frames are sized for ``core.push_mode`` (mpikanel.engine.sparse)."""
+    It calls the core once per event and performs the :class:`Outcome` it gets back (replies,
+    frames to free, ops for the other servers, entries to collect); it never reads the core's members."""
+
+    def __init__(self, comm: MPI.Comm, core: ServerCore, probes: bool = False,
+                 servers: ServerMap | None = None) -> None:
+        """Frames are sized by the core's shape (its push mode: mpikanel.engine.sparse)."""
         self.comm = comm
         self.core = core
-        self.service = service
-        smap = servers if servers is not None else ServerMap(core.params.size, 1)
+        n_params, nw, push_mode = core.shape()
+        smap = servers if servers is not None else ServerMap(n_params, 1)
         self.smap = smap
         self.first = first = smap.first_worker()
         keys = smap.range(0)
-        n, nw = keys.stop - keys.start, core.n_workers
-        self._traffic = Traffic(comm, nw, first, n, core.push_mode)
+        n = keys.stop - keys.start
+        self._traffic = Traffic(comm, nw, first, n, push_mode)
         self._probe_in = [Frame.allocate(0) for _ in range(nw)] if probes else []
         self._probe_out = [Frame.allocate(0) for _ in range(nw)] if probes else []
         self._probe_recv = [comm.Recv_init([f.buf, MPI.BYTE], source=w + first, tag=Tag.PROBE)
@@ -255,25 +262,27 @@ class ParameterServer:
         self._listening = 0             # workers whose next push the server waits for
         self._t_start = 0.0
         self._followers = list(range(1, smap.servers))
+        self._ops: list[tuple[int, int, int]] = []     # ops for the other servers, not yet sent
         self._control = np.zeros(control_ints(nw), dtype=np.int64)
         self._control_sends: list[MPI.Request] = []
         self._ended = False
         if self._followers:
-            core.lead(keys, self._gather, self._parts)
+            core.lead(keys, self)
 
     def run(self) -> ServerStats:
         """Serve until every worker has sent its last push (or a stop checkpoint ends the run)."""
         core = self.core
-        self._t_start = core.t_start = time.perf_counter()
-        self._arm()
-        core.start(0.0)
+        self._t_start = time.perf_counter()
+        out = core.start(0.0)
+        self._arm(out.listen)
+        done = out.stop
         pool = self._traffic.pool
-        while not core.done:
+        while not done:
             arrived = self._next()
             t0 = time.perf_counter()
             if arrived is None:
                 raise RuntimeError("server: no worker can push and none was released "
-                                   f"(policy {core.policy.describe()} stalled)")
+                                   f"(policy {core.describe()} stalled)")
             pushes, probes = arrived
             for w in probes:
                 self._answer_probe(w, len(pushes))
@@ -281,20 +290,18 @@ class ParameterServer:
             for w in pushes:
                 t_push = time.perf_counter()
                 received = self._traffic.received
-                core.on_push(self._decode(w), self._now())
-                core.observe_service(time.perf_counter() - t_push, self._traffic.received - received, self._now())
-                if not core.holds_delta(w):
-                    pool.release(w)     # applied (or carried none): the frame takes the next push
-            for answer in core.release(self._now()):
-                self._reply(answer)
-                pool.release(answer.w)
-                if core.keeps_serving(answer.w):
-                    self._listening += 1
+                out = core.on_push(self._decode(w), self._now())
+                sleep_for(out.sleep_s)
+                core.on_served(time.perf_counter() - t_push, self._traffic.received - received, self._now())
+                self._perform(out)
+            out = self._perform(core.on_tick(self._now()))
             self._flush()               # the other servers answer too (a worker waits for all of them)
-            for w, part in zip(core.collect, receive_all(self.comm, [w + self.first for w in core.collect], Tag.STATE)):
-                core.worker_parts[w] = part
-            core.cut_done(self._now())
-            core.stats.busy_s += time.perf_counter() - t0
+            if out.collect or out.cut:
+                entries = receive_all(self.comm, [w + self.first for w in out.collect], Tag.STATE)
+                out = self._perform(core.on_entries(dict(zip(out.collect, entries)), self._now()))
+                self._flush()
+            done = out.stop
+            core.on_load(busy_s=time.perf_counter() - t0)
         self._traffic.wait_sent()
         pool.close()
         for w, req in enumerate(self._probe_recv):    # still posted: no worker probes after its last push
@@ -303,19 +310,37 @@ class ParameterServer:
                 req.Wait()
             req.Free()
         MPI.Request.Waitall(self._probe_send)
-        core.stats.reply_snapshots_peak = self._traffic.snapshots.peak
-        core.stats.push_buffers = len(pool.frames)
-        stats = core.finish(self._now())    # the other servers' final ranges, and parts of the last checkpoint
+        now = self._now()
+        end = core.on_end(now)
+        self._ops += end.ops
+        # the other servers' final ranges, and parts of the last checkpoint
+        stats = core.finish(now, None if end.gather is None else self._gather(end.gather, True))
+        stats.reply_snapshots_peak = self._traffic.snapshots.peak
+        stats.push_buffers = len(pool.frames)
         reports = self._end_followers()
         own = server_report(0, self.smap.range(0), int(stats.pushes.sum()), self._traffic, stats.busy_s, stats.wall_s)
         stats.servers = [own] + reports
         return stats
 
+    def _perform(self, out: Outcome) -> Outcome:
+        """Send an outcome's replies, free its frames, listen, queue its ops, gather if asked."""
+        pool = self._traffic.pool
+        for send in out.replies:
+            self._reply(send)
+        for w in out.free:
+            pool.release(w)     # applied (or carried none): the frame takes the next push
+        self._listening += len(out.listen)
+        self._ops += out.ops          # sent in order at the next flush
+        if out.gather is not None:
+            self._gather(out.gather, False)
+            self.core.on_gathered()
+        return out
+
     # --- the other servers (K > 1) ---------------------------------------------------------------
 
     def _flush(self) -> None:
-        """Send the ops the core logged since the last flush to every other server, in order."""
-        ops = self.core.ops
+        """Send the ops queued since the last flush to every other server, in order."""
+        ops = self._ops
         if not ops:
             return
         buf = self._control
@@ -329,31 +354,30 @@ class ParameterServer:
                                    for k in self._followers]
         ops.clear()
 
-    def _gather(self, with_unapplied: bool) -> None:
-        """Fill the other servers' key ranges of the parameters (and what they scaled away)."""
+    def _gather(self, params: np.ndarray, with_unapplied: bool) -> np.ndarray | None:
+        """Fill the other servers' key ranges of `params`; with_unapplied: also what they scaled
+        away, on their ranges of a new vector (None when they scaled nothing away)."""
         if self._ended:
-            return
-        core = self.core
-        core.ops.append((Op.SLICE, 0, int(with_unapplied)))
+            return None
+        self._ops.append((Op.SLICE, 0, int(with_unapplied)))
         self._flush()
+        unapplied = None
         for k in self._followers:
-            self._receive_range(k, with_unapplied)
+            keys = self.smap.range(k)
+            self.comm.Recv([params[keys], MPI.DOUBLE], source=k, tag=Tag.SLICE)
+            if with_unapplied:
+                part = np.empty(keys.stop - keys.start)
+                self.comm.Recv([part, MPI.DOUBLE], source=k, tag=Tag.SLICE)
+                if part.any() and unapplied is None:
+                    unapplied = np.zeros_like(params)
+                if unapplied is not None:
+                    unapplied[keys] = part
+        return unapplied
 
-    def _receive_range(self, k: int, with_unapplied: bool) -> None:
-        core, keys = self.core, self.smap.range(k)
-        self.comm.Recv([core.params[keys], MPI.DOUBLE], source=k, tag=Tag.SLICE)
-        if with_unapplied:
-            part = np.empty(keys.stop - keys.start)
-            self.comm.Recv([part, MPI.DOUBLE], source=k, tag=Tag.SLICE)
-            if part.any() and core.stats.unapplied is None:
-                core.stats.unapplied = np.zeros_like(core.params)
-            if core.stats.unapplied is not None:
-                core.stats.unapplied[keys] = part
-
-    def _parts(self, seq: int):
+    def begin_parts(self, seq: int) -> Callable[[], list[dict]]:
         """Have the other servers write their parts of checkpoint `seq`; returns the wait for
         their manifest entries (so server 0 writes its own part meanwhile)."""
-        self.core.ops.append((Op.CHECKPOINT, 0, seq))
+        self._ops.append((Op.CHECKPOINT, 0, seq))
         self._flush()
         return lambda: receive_all(self.comm, self._followers, Tag.STATE)
 
@@ -361,21 +385,20 @@ class ParameterServer:
         """Tell the other servers the run is over (their final ranges are in); take their reports."""
         if not self._followers:
             return []
-        self.core.ops.append((Op.END, 0, 0))
+        self._ops.append((Op.END, 0, 0))
         self._flush()
         reports = receive_all(self.comm, self._followers, Tag.SERVER_STATS)
         MPI.Request.Waitall(self._control_sends)
         self._ended = True
         return reports
 
-    def _arm(self) -> None:
-        """Start listening to every active worker."""
-        for w in range(self.core.n_workers):
-            if self.core.book.active[w]:
-                self._listening += 1
-                if self._probe_recv:
-                    self._probe_recv[w].Start()
-                    self._probe_posted[w] = True
+    def _arm(self, workers: list[int]) -> None:
+        """Start listening to these workers (every active one)."""
+        for w in workers:
+            self._listening += 1
+            if self._probe_recv:
+                self._probe_recv[w].Start()
+                self._probe_posted[w] = True
 
     def _next(self) -> tuple[list[int], list[int]] | None:
         """The workers whose pushes, and whose probes, arrived (blocks inside MPI); None when
@@ -399,13 +422,13 @@ class ParameterServer:
         """Answer worker w's probe at once with what a push would meet now, and listen again."""
         t0 = time.perf_counter()
         self._probe_send[w].Wait()
-        p = self.core.probe(w, queued)
+        p = self.core.on_probe(w, queued)
         out = self._probe_out[w]
         out.header[H.VERSION], out.header[H.BUSY] = p.version, p.queued
         out.meta[M.SERVICE_S], out.meta[M.RECV_BPS], out.meta[M.UPDATE_NORM] = p.service_s, p.recv_bps, p.update_norm
         self._probe_send[w] = self.comm.Isend([out.buf, MPI.BYTE], dest=w + self.first, tag=Tag.PROBE_REPLY)
         self._probe_recv[w].Start()
-        self.core.stats.probe_s += time.perf_counter() - t0
+        self.core.on_load(probe_s=time.perf_counter() - t0)
 
     def _now(self) -> float:
         return time.perf_counter() - self._t_start
@@ -413,15 +436,12 @@ class ParameterServer:
     def _decode(self, w: int) -> Push:
         frame, keys, values = self._traffic.arrived(w)
         h = frame.header
-        if self.service is not None:        # a congested server: service time per push handled
-            delay = self.service.draw(int(self.core.stats.pushes.sum()))
-            sleep_for(delay)
-            self.core.stats.service_s += delay
         return Push(w, int(h[H.CLOCK]), int(h[H.STEPS]), int(h[H.SAMPLES]), int(h[H.VERSION]),
                     float(frame.meta[M.STEP_S]), last=frame.has(Flag.DONE),
                     stop_request=frame.has(Flag.STOP_REQUEST),
                     delta=values if frame.has(Flag.HAS_DELTA) else None, keys=keys)
 
-    def _reply(self, a: Answer) -> None:
+    def _reply(self, send: Send) -> None:
+        a = send.answer
         write_answer(self._traffic.header(a.w), a)
-        self._traffic.reply(a.w, a.version, self.core.params[self.core.keys], a.keys)
+        self._traffic.reply(a.w, a.version, send.params, a.keys)

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import threading
 import time
+from typing import Callable
 
 import numpy as np
 from mpi4py import MPI
@@ -259,8 +260,9 @@ class WorkerClient:
         self._pr = _Flight(comm, Frame.allocate(0), Frame.allocate(0), Tag.PROBE, Tag.PROBE_REPLY)
         self.out, self.inp = self._ex.out, self._ex.inp
         self._last = False
-        self.stop_requested = lambda: False  # set by the entry point: a signal asked to stop
-        self.write_part = _no_checkpoint_dir  # set by the entry point: (state, seq) -> manifest entry
+        self.stop_requested: Callable[[], bool] = lambda: False   # set by the entry point: a signal asked to stop
+        # set by the entry point: write this worker's part of checkpoint seq; its manifest entry
+        self.write_part: Callable[[dict, int], dict] = _no_checkpoint_dir
         if progress is None:
             progress = MPI.Query_thread() >= MPI.THREAD_SERIALIZED
         self.progress = progress

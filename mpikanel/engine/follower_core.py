@@ -20,22 +20,29 @@ from .sparse import ReplyKeys
 
 @dataclass
 class Action:
-    """What the transport must do next: the op, its worker and argument."""
+    """What the transport must do next: the op, its worker and argument, and what it sends."""
 
     op: Op
     w: int
     arg: int | float
+    version: int = 0                        # REPLY: the version the range is at
+    params: np.ndarray | None = None        # REPLY, SLICE, CHECKPOINT: this rank's range
+    keys: np.ndarray | None = None          # REPLY: a sparse reply's keys (None: the whole range)
+    unapplied: np.ndarray | None = None     # SLICE, CHECKPOINT: what this rank scaled away (None: nothing)
+    deltas_applied: int = 0                 # END: deltas this rank applied
 
 
 class FollowerCore:
     """Orders server 0's ops against the pushes that have arrived; applies deltas to ``params``."""
 
-    def __init__(self, params: np.ndarray, n_workers: int, push_mode: str = "dense") -> None:
+    def __init__(self, params: np.ndarray, n_workers: int, push_mode: str = "dense",
+                 unapplied: np.ndarray | None = None) -> None:
+        """``unapplied``: what this range had scaled away at the checkpoint resumed from."""
         self.params = params
         self.n_workers = n_workers
         self.version = 0                    # deltas applied since this rank started (server 0 counts on)
         self.replies = ReplyKeys(push_mode, params.size, n_workers)
-        self.unapplied: np.ndarray | None = None
+        self.unapplied = unapplied
         self.arrived = np.zeros(n_workers, dtype=bool)
         self.ops: deque[tuple[int, int, int]] = deque()
         self.ended = False
@@ -65,9 +72,11 @@ class FollowerCore:
             return Action(op, w, bits_scale(arg))
         if op is Op.REPLY:
             self.arrived[w] = False
+            return Action(op, w, arg, self.version, self.params, self.replies.reply(w, self.version))
         if op is Op.END:
             self.ended = True
-        return Action(op, w, arg)
+        return Action(op, w, arg, self.version, self.params, unapplied=self.unapplied,
+                      deltas_applied=self.deltas_applied)
 
     def apply(self, delta: np.ndarray, scale: float, keys: np.ndarray | None = None) -> None:
         """Add one delta, the range or values at ``keys`` (scaled as server 0 scaled it; the rest

@@ -1,20 +1,26 @@
 """The parameter server's decisions, without MPI: book, policy, apply order, budget, cut, stats.
 
-A transport (the MPI loop in mpikanel.comm.server, or the simulator) hands each arriving push
-to :meth:`ServerCore.on_push` and then asks :meth:`ServerCore.release` which workers to answer;
-it sends each :class:`Answer` with the current parameters. Time is always passed in (seconds
-since the run started), so the same code runs on wall time or on a virtual clock.
+A transport (the MPI loop in mpikanel.comm.server, or the simulator) calls the core once per
+event: :meth:`ServerCore.on_push` for each arriving push, :meth:`ServerCore.on_tick` once the
+pushes at hand are in, :meth:`ServerCore.on_entries` with the checkpoint entries an outcome
+asked for. Each returns an :class:`~mpikanel.engine.outcome.Outcome` (replies to send, frames to
+free, ops to forward, entries to collect, stop) that the transport performs without reading the
+core's members. Time is always passed in (seconds since the run started), so the same code runs
+on wall time or on a virtual clock.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, NamedTuple
 
 import numpy as np
 
 from .budget import Budget
 from .apply import apply_delta
 from .messages import Answer, Flag, Op, scale_bits
+from .outcome import Outcome, Send
+from ..checkpoint.coordinator import CheckpointCoordinator, PeerParts, ServerPart
+from ..hetero import ServerDelay
 from ..metrics import SnapshotRecorder
 from .sparse import ReplyKeys
 from ..sync import Book, SyncPolicy
@@ -35,6 +41,7 @@ class Push:
     stop_request: bool = False  # the worker was signalled: checkpoint and stop the run
     delta: np.ndarray | None = None   # valid until the push is answered: the range, or values at keys
     keys: np.ndarray | None = None    # a sparse push: the keys (of this server's range) delta holds
+    service_s: float = 0.0            # modelled service seconds the transport charged it (simulator)
 
 
 @dataclass
@@ -47,6 +54,14 @@ class ProbeReply:
     service_s: float     # recent server seconds per push handled (EWMA)
     recv_bps: float      # bytes per second the server has been receiving (EWMA over pushes)
     update_norm: float   # recent norm of one applied delta (EWMA)
+
+
+class CoreShape(NamedTuple):
+    """What a transport sizes its buffers by."""
+
+    n_params: int
+    n_workers: int
+    push_mode: str
 
 
 @dataclass
@@ -93,28 +108,28 @@ def _ewma(old: float, x: float, n: int) -> float:
 class ServerCore:
     """Holds the flat float64 parameters and decides, push by push, whom to answer with what.
 
-    ``checkpoints`` (a mpikanel.checkpoint.CheckpointControl) turns on consistent cuts: the core
-    holds every worker until all active ones have pushed, then answers them all with CHECKPOINT
-    (``collect`` lists whose resumable state the transport must fetch before :meth:`cut_done`).
+    ``checkpoints`` (a :class:`~mpikanel.checkpoint.coordinator.CheckpointCoordinator`) turns on
+    consistent cuts: the core holds every worker until all active ones have pushed, then answers
+    them all with CHECKPOINT; the outcome lists whose entries the transport must hand to
+    :meth:`on_entries`, which writes the cut.
 
     With several servers the transport calls :meth:`lead`: this core then decides for all of
-    them, applies deltas to its own key range only and logs every apply and answer in ``ops``.
+    them, applies deltas to its own key range only and lists every apply and answer in the
+    outcomes' ``ops``, for the other servers to replay.
     """
 
     def __init__(self, params: np.ndarray, policy: SyncPolicy, n_workers: int,
                  budget: Budget | None = None, recorder: SnapshotRecorder | None = None,
-                 checkpoints: Any = None, on_progress: Callable[[ServerStats], None] | None = None,
-                 push_mode: str = "dense", damping: str = "off") -> None:
+                 checkpoints: CheckpointCoordinator | None = None,
+                 on_progress: Callable[[ServerStats], None] | None = None,
+                 push_mode: str = "dense", damping: str = "off", service: ServerDelay | None = None) -> None:
         self.params = params
         self.damping = StalenessDamping(damping)    # --staleness-lr: the rate of a stale delta
         self._released_at = 0                       # the version a release (BSP, PSP) started applying at
         self.push_mode = push_mode                 # mpikanel.engine.sparse: replies carry changed keys unless dense
         self.replies: ReplyKeys | None = None      # (set at start) what each reply carries
         self.keys = slice(None)                    # the range this server applies to (lead)
-        self.gather: Callable[[bool], None] | None = None
-        # the other servers' checkpoint parts: start them for a checkpoint number, then wait for them
-        self.parts: Callable[[int], Callable[[], list[dict]]] = lambda seq: (lambda: [])
-        self.ops: list[tuple[int, int, int]] | None = None
+        self.ops: list[tuple[int, int, int]] | None = None   # (lead) decisions not yet in an outcome
         self.policy = policy
         self.n_workers = n_workers
         self.book = Book(n_workers)
@@ -122,45 +137,65 @@ class ServerCore:
         self.recorder = recorder
         self.checkpoints = checkpoints
         self.on_progress = on_progress
+        self.service = service                     # --server-delay: injected seconds per push handled
         self.stats = ServerStats.zeros(n_workers)
-        self.worker_parts: dict[int, dict] = {}    # each worker's latest checkpoint part (manifest entry)
         self.stopped = False                       # ended early by a stop request (checkpointed)
-        self.collect: list[int] = []               # workers whose state the transport must fetch now
-        self.t_start = 0.0                         # the transport's clock at start (wall runs only)
-        self._deltas: list[Any] = [None] * n_workers     # per worker: the range, (keys, values) or None
-        self._ckpt_reason: str | None = None
-        self._stop_after_ckpt = False
+        # per worker: the range, (keys, values) or None
+        self._deltas: list[np.ndarray | tuple[np.ndarray, np.ndarray] | None] = [None] * n_workers
         self._arrived_since_release = 0
-        self._cut_pending = False                  # the answers just made are a checkpoint cut
-        self.cut_asked_at = self.cut_answered_at = 0.0   # when the cut began holding, and was answered
-        self._stop_now = False                     # ... after which the run stops
+        self._stop_now = False                     # the answers just made end the run (a stop cut)
+        self._snapshot_at: float | None = None     # a snapshot waits for the other servers' ranges
         self.update_norm = 0.0                     # EWMA of the norm of one applied delta
         self.service_s = 0.0                       # EWMA of the seconds spent handling one push
         self.recv_bps = 0.0                        # EWMA of bytes per second received
         self._last_arrival: float | None = None
         self._serviced = 0                         # pushes the transport reported handling
 
-    def lead(self, keys: slice, gather: Callable[[bool], None], parts: Callable[[int], Callable[[], list[dict]]]) -> None:
-        """Decide for several servers: apply to ``params[keys]`` only and log ops to replay; the
-        transport's ``gather(with_unapplied)`` fills the other ranges of ``params`` (and of
-        ``stats.unapplied``) before a snapshot or the end, and ``parts(seq)`` has the other servers
-        write their parts of checkpoint `seq` (it returns the wait for their manifest entries)."""
-        self.keys, self.gather, self.parts, self.ops = keys, gather, parts, []
+    def lead(self, keys: slice, peers: PeerParts) -> None:
+        """Decide for several servers: apply to ``params[keys]`` only and list ops to replay;
+        ``peers`` has the other servers write their parts of a checkpoint."""
+        self.keys, self.ops = keys, []
+        if self.checkpoints is not None:
+            self.checkpoints.peers = peers
+
+    def shape(self) -> CoreShape:
+        """The sizes a transport allocates its frames by."""
+        return CoreShape(self.params.size, self.n_workers, self.push_mode)
+
+    def describe(self) -> str:
+        """The policy this core runs, in words (for a stall's message)."""
+        return self.policy.describe()
 
     @property
     def done(self) -> bool:
         """Every worker has left, or a stop checkpoint ended the run."""
         return self.book.finished or self.stopped
 
-    def start(self, now: float) -> None:
-        """First snapshot of the parameters; every worker starts from them (at this version)."""
+    def _outcome(self, **fields: Any) -> Outcome:
+        """An outcome carrying the ops logged since the last one, and whether the run is over."""
+        ops = []
+        if self.ops:
+            ops, self.ops = self.ops, []
+        return Outcome(ops=ops, stop=self.done, **fields)
+
+    def start(self, now: float) -> Outcome:
+        """First snapshot of the parameters; every worker starts from them (at this version).
+        The transport listens to every active worker."""
         self.replies = ReplyKeys(self.push_mode, self.params[self.keys].size, self.n_workers, self.book.version)
         if self.recorder is not None:
             self.recorder.maybe_snapshot(now, self.params, self.book.version)
+        if self.checkpoints is not None:
+            self.checkpoints.start(now)
+        return self._outcome(listen=[int(w) for w in np.flatnonzero(self.book.active)])
 
-    def on_push(self, p: Push, now: float) -> None:
-        """Record a push that arrived at `now`; apply it at once if the policy does."""
+    def on_push(self, p: Push, now: float) -> Outcome:
+        """Record a push that arrived at `now`; apply it at once if the policy does (its frame is
+        then free)."""
         w, st = p.w, self.stats
+        sleep_s = 0.0
+        if self.service is not None:        # a congested server: service time per push handled
+            sleep_s = self.service.draw(int(st.pushes.sum()))
+        st.service_s += sleep_s + p.service_s
         st.pushes[w] += 1
         st.steps[w] += p.steps
         st.samples[w] += p.samples
@@ -170,16 +205,13 @@ class ServerCore:
         active = self.book.clock[self.book.active]
         if active.size:
             st.clock_spread_max = max(st.clock_spread_max, int(active.max() - active.min()))
-        if p.stop_request:
-            self._stop_after_ckpt = True
+        if p.stop_request and self.checkpoints is not None:
+            self.checkpoints.stop_pushed()
         self._deltas[w] = p.delta if p.keys is None or p.delta is None else (p.keys, p.delta)
         self._arrived_since_release += 1
         if self.policy.apply_on_arrival:
             self._apply(w)
-
-    def holds_delta(self, w: int) -> bool:
-        """Whether worker w's pushed delta waits to be applied (the transport keeps its frame)."""
-        return self._deltas[w] is not None
+        return self._outcome(sleep_s=sleep_s, free=[] if self._deltas[w] is not None else [w])
 
     def _apply(self, w: int) -> None:
         delta = self._deltas[w]
@@ -212,7 +244,7 @@ class ServerCore:
         per_step = norm / max(1, int(self.book.steps[w]))
         self.update_norm = _ewma(self.update_norm, per_step, st.deltas_applied)
 
-    def observe_service(self, seconds: float, nbytes: int, now: float) -> None:
+    def on_served(self, seconds: float, nbytes: int, now: float) -> None:
         """The transport handled one push of `nbytes` bytes in `seconds`, ending at `now`."""
         self._serviced += 1                 # a counter, not a sum over workers: O(1) per push
         n = self._serviced
@@ -221,47 +253,51 @@ class ServerCore:
             self.recv_bps = _ewma(self.recv_bps, nbytes / (now - self._last_arrival), n)
         self._last_arrival = now
 
-    def probe(self, w: int, queued: int) -> ProbeReply:
+    def on_load(self, busy_s: float = 0.0, probe_s: float = 0.0) -> None:
+        """The transport spent `busy_s` handling pushes and `probe_s` answering probes."""
+        self.stats.busy_s += busy_s
+        self.stats.probe_s += probe_s
+
+    def on_probe(self, w: int, queued: int) -> ProbeReply:
         """Answer worker w's probe at once (also while its pushes are held): the cost of a push now."""
         self.stats.probes += 1
         return ProbeReply(w, self.book.version, queued, self.service_s, self.recv_bps, self.update_norm)
 
-    def release(self, now: float) -> list[Answer]:
-        """Workers to answer now (rank order), with their reply headers; snapshots and progress too."""
-        self._maybe_schedule_checkpoint(now)
-        answers = self._release(now)
+    def on_tick(self, now: float) -> Outcome:
+        """The pushes at hand are in: whom to answer now (rank order), with their reply headers;
+        snapshots and progress too."""
+        cut = None
+        if self.checkpoints is not None:
+            cut = self.checkpoints.begin(now, int(self.stats.steps.sum()))
+        out = self._release(now)
+        out.cut = cut is not None and self.checkpoints.collecting()
         if self.recorder is not None and self.recorder.due(now):
-            self._gather(False)
-            self.recorder.maybe_snapshot(now, self.params, self.book.version)
+            if self.ops is None:
+                self.recorder.maybe_snapshot(now, self.params, self.book.version)
+            else:
+                out.gather, self._snapshot_at = self.params, now
         if self.on_progress is not None:
             self.on_progress(self.stats)
-        return answers
+        return out
 
-    def _maybe_schedule_checkpoint(self, now: float) -> None:
-        ctl = self.checkpoints
-        if ctl is None or self._ckpt_reason is not None:
-            return
-        if ctl.stop_requested():
-            self._stop_after_ckpt = True
-        if self._stop_after_ckpt:
-            self._ckpt_reason = "stop"
-        else:
-            self._ckpt_reason = ctl.due(now, int(self.stats.steps.sum()))
-        if self._ckpt_reason is not None:
-            self.cut_asked_at = now
+    def on_gathered(self) -> None:
+        """The other servers' ranges are in ``params`` (an outcome's ``gather``): take the snapshot."""
+        if self._snapshot_at is not None:
+            self.recorder.maybe_snapshot(self._snapshot_at, self.params, self.book.version)
+            self._snapshot_at = None
 
-    def _release(self, now: float) -> list[Answer]:
+    def _release(self, now: float) -> Outcome:
         book = self.book
         just_arrived, self._arrived_since_release = self._arrived_since_release, 0
         released = self.policy.release(book)
-        checkpoint = self._ckpt_reason is not None
+        checkpoint = self.checkpoints is not None and self.checkpoints.holding()
         if checkpoint:
             # a consistent cut: hold everyone until every active worker has pushed
             if (book.active & ~book.waiting).any():
-                return []
+                return self._outcome()
             released = sorted(set(released) | {int(w) for w in np.flatnonzero(book.waiting)})
         if not released:
-            return []
+            return self._outcome()
         if not self.policy.apply_on_arrival:
             self._released_at = book.version
             for w in released:          # rank order: bitwise reproducible sums
@@ -269,25 +305,22 @@ class ServerCore:
         # congestion, not policy: the other pushes the server handled with yours (a push the sync
         # policy holds is not a queue in front of the next one)
         busy = max(0, just_arrived - 1)
-        stop = checkpoint and self._stop_after_ckpt
+        stop = checkpoint and self.checkpoints.cut.stop
         flags = (Flag.CHECKPOINT if checkpoint else 0) | (Flag.STOP if stop else 0)
-        # with checkpoints on, a finishing worker's final state is kept for later checkpoints
-        self.collect = [w for w in released if checkpoint or (self.checkpoints is not None and book.last_push[w])]
-        answers = []
+        collect: list[int] = []
+        if self.checkpoints is not None:
+            # with checkpoints on, a finishing worker's final state is kept for later checkpoints
+            collect = self.checkpoints.collect(released, [bool(book.last_push[w]) for w in released], now)
+        sends = []
         for w in released:
-            answers.append(self._answer(w, now, busy, flags | (Flag.CHECKPOINT if w in self.collect else 0)))
+            answer = self._answer(w, now, busy, flags | (Flag.CHECKPOINT if w in collect else 0))
+            sends.append(Send(answer, self.params[self.keys]))
             book.record_release(w)
-        self._cut_pending = checkpoint
-        if checkpoint:
-            self.cut_answered_at = now
         self._stop_now = stop
+        listen = [s.answer.w for s in sends if self._keeps_serving(s.answer.w)]
         if self.ops is not None:
-            self.ops.extend((Op.REPLY, a.w, int(self.keeps_serving(a.w))) for a in answers)
-        return answers
-
-    def _gather(self, with_unapplied: bool) -> None:
-        if self.gather is not None:
-            self.gather(with_unapplied)
+            self.ops.extend((Op.REPLY, w, int(w in listen)) for w in released)
+        return self._outcome(replies=sends, free=list(released), listen=listen, collect=collect)
 
     def _answer(self, w: int, now: float, busy: int, flags: int) -> Answer:
         book = self.book
@@ -310,33 +343,47 @@ class ServerCore:
                       self.update_norm, self.replies.reply(w, book.version) if self.replies else None, seq,
                       self.budget.counted)
 
-    def keeps_serving(self, w: int) -> bool:
+    def _keeps_serving(self, w: int) -> bool:
         """Whether the transport should listen for worker w's next push after answering it."""
         return bool(self.book.active[w]) and not self._stop_now
 
-    def cut_done(self, now: float) -> None:
-        """The transport fetched the parts of the workers in ``collect``: write the checkpoint if this
-        was a cut (every server writes its own range: nothing is gathered)."""
-        self.collect = []
-        if self._cut_pending:
-            self.checkpoints.write(self, self._ckpt_reason, final=False)
-            self.checkpoints.written(now, int(self.stats.steps.sum()))
-            self._ckpt_reason = None
-            self._cut_pending = False
-            self.stopped = self._stop_now
+    def on_entries(self, entries: dict[int, dict], now: float) -> Outcome:
+        """The checkpoint entries an outcome's ``collect`` listed are in: if they complete a cut,
+        write it (every server writes its own range: nothing is gathered)."""
+        if self.checkpoints is not None:
+            self.checkpoints.entries_in(entries)
+            cut = self.checkpoints.write(now, int(self.stats.steps.sum()), self._part())
+            if cut is not None:
+                self.stopped = cut.stop
+        return self._outcome()
 
-    def finish(self, now: float) -> ServerStats:
-        """End of serving: final checkpoint and snapshot; returns the stats."""
-        self.stats.wall_s = now
-        self._gather(True)
+    def _part(self) -> ServerPart:
+        meta, arrays = self.state()
+        unapplied = arrays.pop("unapplied", None)
+        return ServerPart(self.params[self.keys], None if unapplied is None else unapplied[self.keys], meta, arrays)
+
+    def on_end(self, now: float) -> Outcome:
+        """Serving is over: the transport gathers the other servers' ranges (and what they scaled
+        away) into the outcome's ``gather``, then calls :meth:`finish`."""
+        return self._outcome(gather=None if self.ops is None else self.params)
+
+    def finish(self, now: float, unapplied: np.ndarray | None = None) -> ServerStats:
+        """End of serving: final checkpoint and snapshot; returns the stats. ``unapplied``: what
+        the other servers scaled away, on their ranges (None: nothing)."""
+        st = self.stats
+        st.wall_s = now
+        if unapplied is not None:
+            own = None if st.unapplied is None else st.unapplied[self.keys].copy()
+            st.unapplied = unapplied
+            if own is not None:
+                st.unapplied[self.keys] = own
         if self.checkpoints is not None and not self.stopped:
-            self.cut_asked_at = self.cut_answered_at = now
-            self.checkpoints.write(self, "end", final=True)
+            self.checkpoints.final(now, self._part())
         if self.recorder is not None:
             self.recorder.final(now, self.params, self.book.version)
-        self.stats.policy_report = self.policy.report() if hasattr(self.policy, "report") else None
-        self.stats.stopped = self.stopped
-        return self.stats
+        st.policy_report = self.policy.report() if hasattr(self.policy, "report") else None
+        st.stopped = self.stopped
+        return st
 
     def state(self) -> tuple[dict, dict[str, np.ndarray]]:
         """The server's resumable state: JSON-able part and arrays (between rounds only)."""

@@ -21,6 +21,7 @@ import numpy as np
 
 from ..engine.messages import PAYLOAD_OFFSET
 from ..engine.messages import Answer
+from ..engine.outcome import Send
 from ..engine.server_core import ProbeReply, Push, ServerCore
 from ..engine.worker_core import PROBE_WAIT, WAIT, ProbeAnswer, Reply
 from ..hetero import Injector, ServerDelay
@@ -157,6 +158,7 @@ class Simulator:
         self._seq = itertools.count()
         self._server_free = 0.0
         self._snapshot: tuple[int, np.ndarray] | None = None
+        self._stopped = False                 # the core's last outcome ended the run
         self._clock = clock
         self._queued = 0                      # pushes arrived at the server and not yet served
         self._ends: collections.deque = collections.deque()   # their service end times, FIFO
@@ -167,7 +169,7 @@ class Simulator:
 
     def run(self) -> float:
         """Run until every worker has finished; returns the virtual end time."""
-        self.core.start(0.0)
+        self._stopped = self.core.start(0.0).stop
         for w in range(len(self.gens)):
             self.at(0.0, self._advance, w, None)
         clock = self._clock
@@ -178,10 +180,10 @@ class Simulator:
             self.stats.events += 1
             if clock and self.stats.events % 4096 == 0:
                 self.stats.event_s.append((self.stats.events, clock() - t_real))
-        if len(self.results) != len(self.gens) or not self.core.done:
+        if len(self.results) != len(self.gens) or not self._stopped:
             stuck = sorted(set(range(len(self.gens))) - set(self.results))
             raise RuntimeError(f"simulation stalled at t={self.now:.3f}s: workers {stuck[:10]} never finished "
-                               f"(policy {self.core.policy.describe()})")
+                               f"(policy {self.core.describe()})")
         return self.now
 
     # --- workers -------------------------------------------------------------------------
@@ -244,7 +246,7 @@ class Simulator:
         self.at(t, self._answer_probe, w)
 
     def _answer_probe(self, w: int) -> None:
-        p = self.core.probe(w, self._queued)
+        p = self.core.on_probe(w, self._queued)
         self.at(self.now + self.network.transfer_s(PAYLOAD_OFFSET), self._probe_answer_arrives, w, p)
 
     def push_arrives(self, push: Push, nbytes: int) -> None:
@@ -252,7 +254,7 @@ class Simulator:
         service = self.server.push_service_s(self._share(nbytes))
         if self.service is not None:
             service += self.service.draw(self.stats.pushes)
-            self.core.stats.service_s += service
+            push.service_s = service
         start = max(self.now, self._server_free)
         self.stats.queue_wait_s += start - self.now
         self.stats.pushes += 1
@@ -266,15 +268,19 @@ class Simulator:
         core = self.core
         self._queued -= 1
         self._ends.popleft()
-        core.on_push(push, self.now)
-        core.observe_service(service, self._share(nbytes), self.now)
-        answers = core.release(self.now)
-        if not answers:
+        core.on_push(push, self.now)        # no frames to free, no ops to forward, service modelled
+        core.on_served(service, self._share(nbytes), self.now)
+        out = core.on_tick(self.now)
+        if out.gather is not None:
+            core.on_gathered()
+        self._stopped = out.stop
+        if not out.replies:
             return
-        params = self._params()
+        params = self._params(out.replies[0])
         hop = self.network.transfer_s(FRAME_OVERHEAD) if self.servers > 1 else 0.0    # the CONTROL op
         t = max(self.now, self._server_free)
-        for a in answers:
+        for send in out.replies:
+            a = send.answer
             # what reaches the worker over its link: the whole vector, or the keys changed since its last
             values = params if a.keys is None else params[a.keys]
             out = FRAME_OVERHEAD + payload_nbytes(a.keys is not None, values.size, params.size)
@@ -287,11 +293,11 @@ class Simulator:
         """Bytes of a push or reply message of `nbytes` that one server handles: its share of the payload."""
         return FRAME_OVERHEAD + -(-(nbytes - FRAME_OVERHEAD) // self.servers)
 
-    def _params(self) -> np.ndarray:
+    def _params(self, send: Send) -> np.ndarray:
         """One read-only snapshot of the parameters per version, shared by every reply at it."""
-        version = self.core.book.version
+        version = send.answer.version
         if self._snapshot is None or self._snapshot[0] != version:
-            snap = self.core.params.copy()
+            snap = send.params.copy()
             snap.flags.writeable = False
             self._snapshot = (version, snap)
         return self._snapshot[1]
