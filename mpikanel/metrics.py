@@ -9,8 +9,9 @@ Metrics file layout (HDF5)::
                      (sync, model, workers, seed, scenario, command_line, versions, ...);
                      str/int/float/bool attrs are stored natively, anything else as JSON text
                      (their names are listed in the root attr ``json_attrs``)
-    /curve/NAME      1-D datasets: time_s, version, test_loss, test_accuracy, and val_loss,
-                     val_accuracy when the run held out validation rows (and any extra keys)
+    /curve/NAME      1-D datasets: time_s, version, pushes (deltas the server had applied), test_loss,
+                     test_accuracy, and val_loss, val_accuracy when the run held out validation rows
+                     (and any extra keys)
     /workers/KEY     1-D datasets, one entry per worker, for every key whose value is numeric in
                      every worker dict (rank, steps, pushes, compute_s, comm_s, wait_s, injected_s, ...);
                      the group attr ``keys`` (JSON) keeps their order
@@ -41,6 +42,7 @@ class Snapshot:
     time_s: float
     version: int
     params: np.ndarray
+    pushes: int = 0             # deltas the server had applied by then
 
 
 #: memory the curve's snapshots may hold in all (a 10M-parameter model keeps 26, not 400)
@@ -69,24 +71,24 @@ class SnapshotRecorder:
         """Whether maybe_snapshot at now_s would copy the parameters."""
         return now_s - self._last_s >= self.interval_s
 
-    def maybe_snapshot(self, now_s: float, params: np.ndarray, version: int) -> bool:
+    def maybe_snapshot(self, now_s: float, params: np.ndarray, version: int, pushes: int = 0) -> bool:
         """Copy `params` if `interval_s` has passed since the last snapshot; True if it did."""
         if not self.due(now_s):
             return False
-        self._record(now_s, params, version)
+        self._record(now_s, params, version, pushes)
         return True
 
-    def final(self, now_s: float, params: np.ndarray, version: int) -> None:
+    def final(self, now_s: float, params: np.ndarray, version: int, pushes: int = 0) -> None:
         """Always record the end state (replacing a last snapshot of the same version)."""
         if self.snapshots and self.snapshots[-1].version == version:
             self.snapshots.pop()
-        self._record(now_s, params, version)
+        self._record(now_s, params, version, pushes)
 
-    def _record(self, now_s: float, params: np.ndarray, version: int) -> None:
+    def _record(self, now_s: float, params: np.ndarray, version: int, pushes: int) -> None:
         fit = max(2, self.max_bytes // max(1, params.size * self.dtype.itemsize))
         if len(self.snapshots) >= min(self.max_snapshots, fit):
             self._thin()
-        self.snapshots.append(Snapshot(float(now_s), int(version), np.array(params, dtype=self.dtype)))
+        self.snapshots.append(Snapshot(float(now_s), int(version), np.array(params, dtype=self.dtype), int(pushes)))
         self._last_s = float(now_s)
 
     def _thin(self) -> None:
@@ -104,11 +106,12 @@ class SnapshotRecorder:
 
 def evaluate_curve(snapshots: Iterable[Snapshot], loss_fn: Callable[[np.ndarray], float],
                    acc_fn: Callable[[np.ndarray], float] | None, prefix: str = "test") -> dict[str, np.ndarray]:
-    """Evaluate each snapshot (params as float64) into arrays time_s, version, PREFIX_loss, PREFIX_accuracy."""
+    """Evaluate each snapshot (params as float64) into arrays time_s, version, pushes, PREFIX_loss, PREFIX_accuracy."""
     snaps = list(snapshots)
     curve = {
         "time_s": np.array([s.time_s for s in snaps], dtype=np.float64),
         "version": np.array([s.version for s in snaps], dtype=np.int64),
+        "pushes": np.array([s.pushes for s in snaps], dtype=np.int64),
         f"{prefix}_loss": np.empty(len(snaps), dtype=np.float64),
         f"{prefix}_accuracy": np.full(len(snaps), np.nan, dtype=np.float64),
     }

@@ -134,6 +134,20 @@ def test_local_sgd_grid_is_scaled_by_the_trainers():
     assert bench.rates_for(args, "esp") == [0.1, 1.0] == bench.rates_for(args, "allreduce")
 
 
+def test_pushes_and_bytes_to_target_are_read_off_the_pushes_curve_at_the_held_time():
+    r = _rec(curve=([0.0, 1.0, 2.0, 3.0], [2.0, 1.5, 0.9, 0.8]), _pushes_curve=([0.0, 1.0, 2.0, 3.0], [0, 10, 30, 40]),
+             bytes_per_push=2e6)
+    bench.mark_times(r, 1.0)            # held from 1 + (1.5 - 1) / 0.6 = 1.833 s
+    assert r["held_s"] == pytest.approx(1 + 0.5 / 0.6)
+    assert r["pushes_to_target"] == pytest.approx(10 + 20 * 0.5 / 0.6)
+    assert r["mb_to_target"] == pytest.approx(r["pushes_to_target"] * 2.0)
+    bench.mark_times(r, 0.5)            # never held: nothing to count
+    assert r["pushes_to_target"] is None and r["mb_to_target"] is None
+    baseline = _rec(curve=([0.0, 1.0], [2.0, 0.5]))          # no server: no pushes curve
+    bench.mark_times(baseline, 1.0)
+    assert baseline["held_s"] is not None and baseline["pushes_to_target"] is None
+
+
 # ---------------------------------------------------------------- target, held vs first touch
 
 def test_target_is_from_bsps_best_final_validation_loss():
@@ -258,6 +272,9 @@ def test_bench_sync_quick_end_to_end(tmp_path):
         assert all(r["ok"] and r["samples"] > 0 and r["val_loss"] > 0 for r in runs)
     md = (out / "results.md").read_text()
     assert "### straggler" in md and "held time to target s (val)" in md and "| localsgd-4 |" in md
+    held = [r for r in res["runs"] if r["model"] == "bsp" and r["held_s"] is not None]
+    assert held and all(0 < r["pushes_to_target"] <= r["samples"] and r["mb_to_target"] > 0 for r in held)
+    assert all(r["pushes_to_target"] is None for r in res["runs"] if r["model"] == "localsgd-4")
     assert (out / "straggler-val-loss.png").stat().st_size > 1000
     prov = (out / "provenance.json").read_text()
     assert json.loads(prov)["exit_code"] == 0 and json.loads(prov)["mpi_library"]

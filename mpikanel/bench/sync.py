@@ -123,8 +123,9 @@ TARGET_FACTOR = 1.03
 REFERENCE_WORKERS = 4
 CONTENTION_RATIO = 1.3
 MIN_GRID, MIN_SPAN = 4, 10.0
-HEADERS = ("model", "lr", "held time to target s (val)", "ratio to BSP", "first touch s (val)",
-           "final test loss", "final test acc", "total wait s", "wall s", "samples", "max step-time ratio")
+HEADERS = ("model", "lr", "held time to target s (val)", "ratio to BSP", "pushes to target", "MB to target",
+           "first touch s (val)", "final test loss", "final test acc", "total wait s", "wall s", "samples",
+           "max step-time ratio")
 
 
 # ---------------------------------------------------------------- models and commands
@@ -226,6 +227,13 @@ def mark_times(record: dict, target: float | None) -> None:
     ok = target is not None and len(t) > 0
     record["held_s"] = time_to_target(t, loss, target) if ok else None
     record["touch_s"] = first_touch(t, loss, target) if ok else None
+    record["pushes_to_target"] = record["mb_to_target"] = None
+    pushes = record.get("_pushes_curve")
+    if record["held_s"] is not None and pushes is not None and len(pushes[0]):
+        # deltas applied by the held time (interpolated between snapshots); bytes at the run's mean per push
+        n = float(np.interp(record["held_s"], *pushes))
+        record["pushes_to_target"] = n
+        record["mb_to_target"] = n * record["bytes_per_push"] / 1e6 if record.get("bytes_per_push") else None
 
 
 @dataclass(frozen=True)
@@ -422,6 +430,9 @@ def load_record(record: dict) -> None:
         record.update(psp_error=float(psp["median_relative_error"]), psp_error_p90=float(psp["p90_relative_error"]),
                       psp_fallback=float(psp["fallback_share"]))
     record["_val_curve"] = (list(curve["time_s"]), list(curve["val_loss"]))
+    if "pushes" in curve and np.any(curve["pushes"]):      # baselines have no server: all zeros
+        record["_pushes_curve"] = (list(curve["time_s"]), [float(x) for x in curve["pushes"]])
+    record["bytes_per_push"] = s.get("bytes_per_push")
 
 
 def max_step_ratio(workers: Sequence[dict]) -> float | None:
@@ -630,7 +641,9 @@ def table_row(model: str, choice: dict, runs: list[dict], bsp_held: list[float |
 
     seeds = f" ({len(ok)}/{len(runs)} seeds ok)" if len(ok) < len(runs) else ""
     return [model, f"{choice['lr']:g}" + (" (edge)" if choice["warning"] else "") + seeds, format_time(held),
-            ratio_to(bsp_held, held), format_time([r["touch_s"] for r in ok], "touched"),
+            ratio_to(bsp_held, held), format_spread([r.get("pushes_to_target") for r in ok], ".0f", "not held"),
+            format_spread([r.get("mb_to_target") for r in ok], ".3g", "not held"),
+            format_time([r["touch_s"] for r in ok], "touched"),
             col("test_loss", ".4f"), col("test_accuracy", ".4f"), col("total_wait_s", "time"),
             col("wall_s", "time"), col("samples", ".0f"), col("step_time_ratio", ".2f")]
 
@@ -830,7 +843,9 @@ def _header(args: argparse.Namespace, workload: dict[str, str], meta: dict) -> s
             "at or below the target; a run ending above it has none (not held, counted as infinitely late in the "
             "median; 'k/n held' when some seeds never held). First touch: first time at or below the target. "
             "Final test loss/acc: TEST split at the end of the run. Ratio to BSP = BSP's median held time / the "
-            "model's (>1 = faster). Total wait: sum over workers of time held by the sync policy (baselines: time "
+            "model's (>1 = faster). Pushes to target: deltas the server had applied by the held time "
+            "(interpolated between curve points; baselines, which have no server, show '-'); MB to target: those "
+            "pushes at the run's mean bytes per push. Total wait: sum over workers of time held by the sync policy (baselines: time "
             "in Allreduce beyond the fastest rank). Samples: processed by the whole cluster. Max step-time ratio: "
             "the slowest worker's realized seconds per step (compute + injection) over the fastest's. Baselines "
             f"train on all {args.ranks} ranks (no server); the parameter server on {args.ranks - 1} workers.\n")

@@ -144,7 +144,8 @@ class ServerCore:
         self._deltas: list[np.ndarray | tuple[np.ndarray, np.ndarray] | None] = [None] * n_workers
         self._arrived_since_release = 0
         self._stop_now = False                     # the answers just made end the run (a stop cut)
-        self._snapshot_at: float | None = None     # a snapshot waits for the other servers' ranges
+        # (time, deltas applied) of a snapshot waiting for the other servers' ranges
+        self._snapshot_at: tuple[float, int] | None = None
         self.update_norm = 0.0                     # EWMA of the norm of one applied delta
         self.service_s = 0.0                       # EWMA of the seconds spent handling one push
         self.recv_bps = 0.0                        # EWMA of bytes per second received
@@ -183,7 +184,7 @@ class ServerCore:
         The transport listens to every active worker."""
         self.replies = ReplyKeys(self.push_mode, self.params[self.keys].size, self.n_workers, self.book.version)
         if self.recorder is not None:
-            self.recorder.maybe_snapshot(now, self.params, self.book.version)
+            self.recorder.maybe_snapshot(now, self.params, self.book.version, self.stats.deltas_applied)
         if self.checkpoints is not None:
             self.checkpoints.start(now)
         return self._outcome(listen=[int(w) for w in np.flatnonzero(self.book.active)])
@@ -273,9 +274,9 @@ class ServerCore:
         out.cut = cut is not None and self.checkpoints.collecting()
         if self.recorder is not None and self.recorder.due(now):
             if self.ops is None:
-                self.recorder.maybe_snapshot(now, self.params, self.book.version)
+                self.recorder.maybe_snapshot(now, self.params, self.book.version, self.stats.deltas_applied)
             else:
-                out.gather, self._snapshot_at = self.params, now
+                out.gather, self._snapshot_at = self.params, (now, self.stats.deltas_applied)
         if self.on_progress is not None:
             self.on_progress(self.stats)
         return out
@@ -283,7 +284,8 @@ class ServerCore:
     def on_gathered(self) -> None:
         """The other servers' ranges are in ``params`` (an outcome's ``gather``): take the snapshot."""
         if self._snapshot_at is not None:
-            self.recorder.maybe_snapshot(self._snapshot_at, self.params, self.book.version)
+            at, pushes = self._snapshot_at
+            self.recorder.maybe_snapshot(at, self.params, self.book.version, pushes)
             self._snapshot_at = None
 
     def _release(self, now: float) -> Outcome:
@@ -380,7 +382,7 @@ class ServerCore:
         if self.checkpoints is not None and not self.stopped:
             self.checkpoints.final(now, self._part())
         if self.recorder is not None:
-            self.recorder.final(now, self.params, self.book.version)
+            self.recorder.final(now, self.params, self.book.version, st.deltas_applied)
         st.policy_report = self.policy.report() if hasattr(self.policy, "report") else None
         st.stopped = self.stopped
         return st
