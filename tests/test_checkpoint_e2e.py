@@ -138,7 +138,7 @@ def signal_ranks(proc, sig, pids: dict[int, int]):
     if sig != signal.SIGINT:
         proc.send_signal(sig)
         return
-    for rank, pid in pids.items():
+    for rank, pid in pids.items():          # all alive first: the first rank signalled may end the job at once
         if mpi_rank_of(pid) != rank:
             try:                        # why it ended: the job's own words, if it ends by itself
                 _, err = proc.communicate(timeout=15)
@@ -147,7 +147,11 @@ def signal_ranks(proc, sig, pids: dict[int, int]):
                 _, err = proc.communicate()
             pytest.fail(f"rank {rank} (pid {pid}) ended before the signal; the job: exit {proc.returncode}, "
                         f"stderr {err[-2000:]!r}")
-        os.kill(pid, sig)
+    for pid in pids.values():
+        try:
+            os.kill(pid, sig)
+        except ProcessLookupError:      # rank 0 acted on its signal and the job is ending
+            pass
 
 
 def wait_mpi_started(proc, n, timeout=90) -> dict[int, int]:
