@@ -18,6 +18,18 @@ FINISHED = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_
             "DEADLINE", "PREEMPTED"}
 
 
+#: how long a client command is retried while slurmctld does not answer
+CONTROLLER_RETRY_S = 60.0
+#: what the client commands print when slurmctld did not answer in time (transient, not a job error)
+_UNREACHABLE = re.compile(r"Unable to contact slurm controller|Socket timed out|"
+                          r"Slurm backup controller in standby|Zero Bytes were transmitted")
+
+
+def controller_unreachable(stderr: str) -> bool:
+    """True when a SLURM client failed only because the controller did not answer."""
+    return bool(_UNREACHABLE.search(stderr or ""))
+
+
 def _run(cmd: list[str], env: dict[str, str], timeout: float) -> subprocess.CompletedProcess:
     try:
         return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
@@ -41,8 +53,18 @@ class Slurm:
         env.update(extra)
         return env
 
-    def cmd(self, *args: str, timeout: float = 20, check: bool = True) -> subprocess.CompletedProcess:
-        proc = _run(list(args), self.env, timeout)
+    def cmd(self, *args: str, timeout: float = 20, check: bool = True,
+            retry_s: float = CONTROLLER_RETRY_S) -> subprocess.CompletedProcess:
+        """Run a SLURM client command; retried while the controller does not answer (a busy
+        slurmctld on a loaded 2-core machine drops a request now and then), up to retry_s."""
+        deadline = time.monotonic() + retry_s
+        while True:
+            proc = _run(list(args), self.env, timeout)
+            if not (proc.returncode != 0 and controller_unreachable(proc.stderr)
+                    and time.monotonic() < deadline):
+                break
+            sys.stderr.write(f"[slurm] controller did not answer {args[0]}; retrying\n")
+            time.sleep(1.0)
         if check and proc.returncode != 0:
             pytest.fail(f"{' '.join(args)} -> rc {proc.returncode}\n{proc.stdout}\n{proc.stderr}")
         return proc
