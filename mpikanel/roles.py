@@ -77,13 +77,12 @@ def work(comm, s: Session, params: np.ndarray, w: int, state: dict | None, stop:
 
     config, n_workers = s.config, s.n_workers
     rank = w + 1                    # the worker's rank as with one server
-    client = WorkerClient(comm, s.n_params, servers=s.servers, push_mode=s.push_mode)
-    client.stop_requested = stop.requested
-    if config.checkpoint_dir:
-        def write_part(saved: dict, seq: int) -> dict:
-            return ckpt_mod.write_worker_part(config.checkpoint_dir, seq, w, saved,
-                                              pause_s=ckpt_mod.hold_s(comm.Get_rank(), seq))
-        client.write_part = write_part
+    def write_part(saved: dict, seq: int) -> dict:
+        return ckpt_mod.write_worker_part(config.checkpoint_dir, seq, w, saved,
+                                          pause_s=ckpt_mod.hold_s(comm.Get_rank(), seq))
+
+    client = WorkerClient(comm, s.n_params, servers=s.servers, push_mode=s.push_mode, stop_requested=stop.requested,
+                          write_part=write_part if config.checkpoint_dir else None)
     plan = s.plan
     if state is not None and "reshaped_seq" in state:
         # a start on another worker count: a new pass over the new shard, in a new order, on the

@@ -248,7 +248,9 @@ class WorkerClient:
     POLL_MAX_S = 2e-3
 
     def __init__(self, comm: MPI.Comm, n_params: int, progress: bool | None = None,
-                 servers: ServerMap | None = None, push_mode: str = "dense") -> None:
+                 servers: ServerMap | None = None, push_mode: str = "dense",
+                 stop_requested: Callable[[], bool] | None = None,
+                 write_part: Callable[[dict, int], dict] | None = None) -> None:
         self.comm = comm
         smap = servers if servers is not None else ServerMap(n_params, 1)
         if push_mode == "dense":
@@ -260,9 +262,10 @@ class WorkerClient:
         self._pr = _Flight(comm, Frame.allocate(0), Frame.allocate(0), Tag.PROBE, Tag.PROBE_REPLY)
         self.out, self.inp = self._ex.out, self._ex.inp
         self._last = False
-        self.stop_requested: Callable[[], bool] = lambda: False   # set by the entry point: a signal asked to stop
-        # set by the entry point: write this worker's part of checkpoint seq; its manifest entry
-        self.write_part: Callable[[dict, int], dict] = _no_checkpoint_dir
+        # a signal asked to stop (flagged on the next push); write this worker's part of checkpoint
+        # seq and return its manifest entry (no checkpoint directory: asking for one is an error)
+        self.stop_requested: Callable[[], bool] = stop_requested or (lambda: False)
+        self.write_part: Callable[[dict, int], dict] = write_part or _no_checkpoint_dir
         if progress is None:
             progress = MPI.Query_thread() >= MPI.THREAD_SERIALIZED
         self.progress = progress
