@@ -259,21 +259,26 @@ def test_runs_whose_pacing_was_not_held_are_noted():
 
 # ---------------------------------------------------------------- end to end
 
+def _bench_quick(out, timeout, *args):
+    """Run `bench sync --quick` of the straggler scenario at 3 ranks, BSP and `args` (more models first) into
+    `out`; its results.json."""
+    pytest.importorskip("matplotlib")
+    cmd = [sys.executable, "-m", "mpikanel.bench", "sync", "--scenario", "straggler", "--models", "bsp", *args,
+           "--ranks", "3", "--quick", "--widen", "0", "--timeout", "120", "--allow-dirty", "--out", str(out)]
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=clean_env())
+    except subprocess.TimeoutExpired as exc:
+        pytest.fail(f"hang: bench sync did not finish in {timeout} s\n{exc.stderr}")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return json.loads((out / "results.json").read_text())
+
+
 @pytest.mark.timeout(900)         # eight launches; each starts 3 Python processes (slow on a loaded machine)
 def test_bench_sync_quick_end_to_end(tmp_path):
     """Two models, two rates, two seeds, two schedules on the tiny workload: files, selection and seeds recorded."""
-    pytest.importorskip("matplotlib")
     out = tmp_path / "bench"
-    cmd = [sys.executable, "-m", "mpikanel.bench", "sync", "--scenario", "straggler", "--models", "bsp",
-           "localsgd-4", "--lrs", "0.05", "0.2", "--seeds", "0", "1", "--ranks", "3", "--quick", "--widen", "0",
-           "--lr-schedules", "constant", "cosine", "--timeout", "120", "--allow-dirty",
-           "--out", str(out)]
-    try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=840, env=clean_env())
-    except subprocess.TimeoutExpired as exc:
-        pytest.fail(f"hang: bench sync did not finish in 840 s\n{exc.stderr}")
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    res = json.loads((out / "results.json").read_text())
+    res = _bench_quick(out, 840, "localsgd-4", "--lrs", "0.05", "0.2", "--seeds", "0", "1",
+                       "--lr-schedules", "constant", "cosine")
     assert res["seeds"] == [0, 1] and res["git_commit"] and res["versions"]["mpi4py"] and res["nproc"] >= 1
     assert len(res["load_average_before"]) == 3 and "mpikanel.bench" in res["command"]
     table = res["tables"]["straggler"]
@@ -335,17 +340,8 @@ def test_psp_notes_report_prediction_error_fallback_and_wait_against_bsp():
 @pytest.mark.timeout(300)
 def test_bench_sync_quick_paced_runs_the_baselines_paced_too(tmp_path):
     """--step-time reaches a baseline as it reaches the parameter server's workers, and the report says so."""
-    pytest.importorskip("matplotlib")
     out = tmp_path / "bench"
-    cmd = [sys.executable, "-m", "mpikanel.bench", "sync", "--scenario", "straggler", "--models", "bsp", "allreduce",
-           "--lrs", "0.2", "--seeds", "0", "--ranks", "3", "--quick", "--widen", "0", "--step-time", "0.005",
-           "--timeout", "120", "--allow-dirty", "--out", str(out)]
-    try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=240, env=clean_env())
-    except subprocess.TimeoutExpired as exc:
-        pytest.fail(f"hang: bench sync did not finish in 240 s\n{exc.stderr}")
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    res = json.loads((out / "results.json").read_text())
+    res = _bench_quick(out, 240, "allreduce", "--lrs", "0.2", "--seeds", "0", "--step-time", "0.005")
     assert res["step_time"] == 0.005 and res["tables"]["straggler"]["flags"]["step-time"] == "0.005"
     assert {r["model"] for r in res["runs"]} == {"bsp", "allreduce"}
     for r in res["runs"]:
