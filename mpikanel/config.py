@@ -374,11 +374,13 @@ class _ModelChoices(tuple):
         return iter((*tuple.__iter__(self), "py:FILE.py:FACTORY"))
 
 
-def build_parser(prog: str = "python -m mpikanel.train", print_errors: bool = True) -> argparse.ArgumentParser:
+def build_parser(prog: str = "python -m mpikanel.train", print_errors: bool = True,
+                 description: str | None = None) -> argparse.ArgumentParser:
     """The CLI parser, flags grouped as GROUPS; every option defaults to 'not given' so TOML values can fill in."""
-    launched = "mpiexec -n N " if prog.endswith("mpikanel.train") else ""
+    launched = "mpiexec -n N " if prog.endswith("mpikanel.train") or ".baselines." in prog else ""
     p = _Parser(prog=prog, usage=launched + "%(prog)s [--config TOML] [options, grouped below]",
-                description="Distributed SGD on an MPI parameter server: ranks 0..K-1 serve, the others train.",
+                description=description or "Distributed SGD on an MPI parameter server: ranks 0..K-1 serve, "
+                                           "the others train.",
                 argument_default=argparse.SUPPRESS)
     p.print_errors = print_errors
     p.add_argument("--config", metavar="TOML", help="TOML file whose keys mirror these flags "
@@ -433,9 +435,11 @@ def load_toml(path: str) -> dict[str, Any]:
     return out
 
 
-def config_from_args(argv: list[str] | None = None, print_errors: bool = True) -> TrainConfig:
+def config_from_args(argv: list[str] | None = None, print_errors: bool = True,
+                     prog: str = "python -m mpikanel.train", description: str | None = None) -> TrainConfig:
     """Parse CLI flags (plus --config TOML) into a TrainConfig; InputError on bad values."""
-    return config_from_namespace(vars(build_parser(print_errors=print_errors).parse_args(argv)))
+    parser = build_parser(prog, print_errors=print_errors, description=description)
+    return config_from_namespace(vars(parser.parse_args(argv)))
 
 
 def config_from_namespace(ns: dict[str, Any]) -> TrainConfig:

@@ -12,7 +12,7 @@ from .hetero import describe_hetero
 from .metrics import SnapshotRecorder, evaluate_curve, write_metrics
 from .model_io import save_model
 from .session import Session, hetero_spec
-from .summary import add_curve, evaluate, format_summary
+from .summary import add_curve, evaluate, format_summary, warn_pacing
 
 
 def publish(s: Session, params: np.ndarray, initial: np.ndarray, losses: list, workers: list[dict],
@@ -24,9 +24,7 @@ def publish(s: Session, params: np.ndarray, initial: np.ndarray, losses: list, w
     summary["scenario"] = s.config.scenario or describe_hetero(hetero_spec(s.config))
     summary.update(run_info)
     summary["stopped"] = bool(server_stats.stopped)
-    if summary.get("pacing_held") is False:
-        print(f"mpikanel: pacing not held: {summary['pacing_missed_share']:.0%} of steps computed longer than "
-              f"their modeled time (--step-time {s.config.step_time:g})", file=sys.stderr, flush=True)
+    warn_pacing(summary)
     if server_stats.policy_report is not None:
         summary[s.config.sync] = server_stats.policy_report
     curve = snapshot_curve(s, recorder)

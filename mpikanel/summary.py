@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import hashlib
 import platform
+import sys
 from typing import Any
 
 import numpy as np
@@ -27,21 +28,11 @@ def evaluate(s: Any, params: np.ndarray, initial: np.ndarray, losses: list[tuple
     received = applied if server_stats.unapplied is None else applied + server_stats.unapplied
     sent_norm = float(np.linalg.norm(produced))
     mismatch = float(np.linalg.norm(produced - received)) / max(sent_norm, 1e-300)
-    per_step = [_step_s(w) / w["steps"] for w in workers if w["steps"]]
-    fastest = min(per_step) if per_step else 0.0
     for i, w in enumerate(workers):
         n = max(int(server_stats.pushes[i]), 1)
         w["staleness_mean"] = float(server_stats.staleness_sum[i]) / n
         w["staleness_max"] = int(server_stats.staleness_max[i])
-        # realized seconds per step (compute + injection) relative to the fastest worker: what
-        # the injection plus CPU contention actually produced
-        mine = _step_s(w) / w["steps"] if w["steps"] else 0.0
-        w["step_time_rel"] = mine / fastest if fastest > 0 else 1.0
-        w["pacing_missed_share"] = w.get("pacing_missed", 0) / max(w["steps"], 1)
-    # --step-time under MPI: steps whose compute outlasted their modeled time, of all steps
-    paced = s.config.step_time is not None and any(w.get("paced_s", 0.0) > 0 for w in workers)
-    missed = (sum(w.get("pacing_missed", 0) for w in workers) / max(sum(w["steps"] for w in workers), 1)
-              if paced else None)
+    add_step_time_rel(workers)
     deltas_sent = int(sum(w["pushes"] for w in workers))
     return {
         "sync": s.config.sync,
@@ -58,9 +49,7 @@ def evaluate(s: Any, params: np.ndarray, initial: np.ndarray, losses: list[tuple
         "n_classes": c,
         "n_params": int(params.size),
         "wall_s": wall,
-        "step_time": s.config.step_time,
-        "pacing_missed_share": missed,
-        "pacing_held": None if missed is None else missed <= PACING_MISSED_MAX,
+        **pacing_fields(s.config.step_time, workers),
         "train_loss": loss_sum / max(n_train, 1),
         "train_accuracy": correct / max(n_train, 1),
         "test_loss": test_loss,
@@ -103,6 +92,34 @@ def evaluate(s: Any, params: np.ndarray, initial: np.ndarray, losses: list[tuple
         "versions": {"mpikanel": __version__, "python": platform.python_version(),
                      "numpy": np.__version__, "mpi": mpi_library},
     }
+
+
+def add_step_time_rel(workers: list[dict]) -> None:
+    """Each worker's realized seconds per step (compute, injection, pacing) relative to the fastest
+    worker's: what the injection plus CPU contention actually produced."""
+    per_step = [_step_s(w) / w["steps"] if w["steps"] else 0.0 for w in workers]
+    fastest = min((t for w, t in zip(workers, per_step) if w["steps"]), default=0.0)
+    for w, mine in zip(workers, per_step):
+        w["step_time_rel"] = mine / fastest if fastest > 0 else 1.0
+
+
+def pacing_fields(step_time: float | None, workers: list[dict]) -> dict:
+    """--step-time's summary keys (step_time, pacing_missed_share, pacing_held), and each worker's
+    pacing_missed_share: the steps whose compute outlasted their modeled time, of all steps."""
+    for w in workers:
+        w["pacing_missed_share"] = w.get("pacing_missed", 0) / max(w["steps"], 1)
+    paced = step_time is not None and any(w.get("paced_s", 0.0) > 0 for w in workers)
+    missed = (sum(w.get("pacing_missed", 0) for w in workers) / max(sum(w["steps"] for w in workers), 1)
+              if paced else None)
+    return {"step_time": step_time, "pacing_missed_share": missed,
+            "pacing_held": None if missed is None else missed <= PACING_MISSED_MAX}
+
+
+def warn_pacing(summary: dict) -> None:
+    """On stderr, 'pacing not held' when a paced run's compute outlasted its modeled steps too often."""
+    if summary.get("pacing_held") is False:
+        print(f"mpikanel: pacing not held: {summary['pacing_missed_share']:.0%} of steps computed longer than "
+              f"their modeled time (--step-time {summary['step_time']:g})", file=sys.stderr, flush=True)
 
 
 def _step_s(w: dict) -> float:

@@ -13,7 +13,7 @@ from mpikanel.baselines import common
 from mpikanel.config import TrainConfig
 from mpikanel.hetero import HeteroSpec, Injector
 from mpikanel.metrics import read_metrics
-from mpikanel.worker_loop import StepPlan
+from mpikanel.worker_loop import Pacer, StepPlan
 
 TINY = ["--synthetic-rows", "8000", "--synthetic-features", "20", "--batch-size", "64", "--epochs", "3",
         "--snapshot-interval", "0.02", "--val-fraction", "0.1"]
@@ -61,10 +61,33 @@ def test_straggler_is_slowed_by_cpu_time_not_wall_time():
     plan = StepPlan(1, 1, 0.1, 0.0, 2)
     busy, idle = (Injector(HeteroSpec(slowdown="1:4"), 1, 2) for _ in range(2))
     one_row = np.arange(1)
-    common.injected_step(_FakeShard(True), None, one_row, plan, None, busy)
-    common.injected_step(_FakeShard(False), None, one_row, plan, None, idle)
+    common.injected_step(_FakeShard(True), None, one_row, plan, None, Pacer(busy, 1))
+    common.injected_step(_FakeShard(False), None, one_row, plan, None, Pacer(idle, 1))
     assert busy.injected_s >= 3 * 0.02 * 0.99        # (4 - 1) x the step's CPU time
     assert idle.injected_s < 0.01                     # a step spent off the CPU is not scaled
+
+
+def test_a_paced_baseline_step_sleeps_the_rest_of_its_modeled_step_scaled_by_the_slowdown(monkeypatch):
+    import mpikanel.worker_loop as loop
+
+    slept = []
+    monkeypatch.setattr(loop, "sleep_for", slept.append)
+    plan = StepPlan(1, 64, 0.1, 0.0, 2)
+    pacer = Pacer(Injector(HeteroSpec(slowdown="1:3"), 1, 2), 64, step_time=0.01)
+    compute, sleep, injected = common.injected_step(_FakeShard(False), None, np.arange(64), plan, None, pacer)
+    # the fake step sleeps 0.05 s off the CPU: the modeled 3 x 0.01 s is shorter, so nothing is slept
+    assert compute >= 0.05 and sleep == 0.0 and pacer.missed == 1
+    monkeypatch.setattr(_FakeShard, "step", lambda *args: None)
+    compute, sleep, injected = common.injected_step(_FakeShard(False), None, np.arange(32), plan, None, pacer)
+    # half a batch: modeled 0.5 x 0.01 x 3 s, of it 0.01 s injected by the slowdown; the rest slept
+    assert slept[-1] == sleep == pytest.approx(0.015 - compute) and injected == pytest.approx(0.01)
+    assert pacer.paced_s == pytest.approx(0.045) and pacer.missed == 1
+
+
+def test_a_paced_baseline_takes_the_parameter_server_workers_pacer():
+    import mpikanel.worker_loop as loop
+
+    assert common.Pacer is loop.Pacer          # one implementation of --step-time for every MPI driver
 
 
 def _run(module, n, args, tmp_path, name):
@@ -76,6 +99,8 @@ def _run(module, n, args, tmp_path, name):
     except subprocess.TimeoutExpired as exc:
         pytest.fail(f"hang: {' '.join(cmd)} did not finish in 180 s\n{exc.stderr}")
     assert proc.returncode == 0, proc.stderr
+    if name.startswith("stderr-"):
+        return json.loads(summary.read_text()), read_metrics(metrics), proc.stderr
     return json.loads(summary.read_text()), read_metrics(metrics)
 
 
@@ -115,3 +140,63 @@ def test_local_sgd_rejects_a_bad_h(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "mpikanel.baselines.local_sgd", "--local-steps", "0"],
                           capture_output=True, text=True, timeout=60, env=clean_env())
     assert proc.returncode == 2 and "--local-steps" in proc.stderr
+
+
+# --- paced baselines (--step-time): the parameter server workers' pacing ------------------------
+
+#: 6480 training rows over 3 ranks: 2160 rows each, 27 full batches of 80 per pass (every step is modeled whole)
+PACED = [*TINY, "--batch-size", "80", "--epochs", "1"]
+PACED_STEPS = 27
+
+
+def _check_paced(s, step_time, factors):
+    assert s["step_time"] == step_time and s["pacing_held"] is not None and "pacing_missed_share" in s
+    for w in s["per_worker"]:
+        assert w["steps"] == PACED_STEPS and {"paced_s", "pacing_s", "pacing_missed", "pacing_missed_share"} <= set(w)
+        factor = factors.get(w["rank"], 1.0)
+        assert w["paced_s"] == pytest.approx(factor * step_time * PACED_STEPS)
+        assert w["compute_s"] + w["injected_s"] + w["pacing_s"] >= w["paced_s"] - 1e-9
+        assert w["compute_s"] < 0.5 * w["paced_s"]                  # the CPU mostly sleeps
+    assert s["wall_s"] >= PACED_STEPS * step_time * max(factors.values(), default=1.0)
+
+
+def test_paced_allreduce_lasts_its_steps_and_a_paced_straggler_slows_every_rank_3x(tmp_path):
+    step = 0.03
+    even, _ = _run("mpikanel.baselines.allreduce_sgd", 3, [*PACED, "--step-time", str(step)], tmp_path, "paced")
+    _check_paced(even, step, {})
+    assert even["pacing_missed_share"] <= 0.25            # a loaded machine may stretch a step now and then
+    slow, m = _run("mpikanel.baselines.allreduce_sgd", 3, [*PACED, "--step-time", str(step), "--slowdown", "1:3"],
+                   tmp_path, "paced-slow")
+    _check_paced(slow, step, {1: 3.0})
+    # the slowdown scales the modeled step (2 x 0.03 s injected per step), not the step's CPU time
+    by_rank = {w["rank"]: w for w in slow["per_worker"]}
+    assert by_rank[1]["injected_s"] == pytest.approx(2 * step * PACED_STEPS, rel=0.05)
+    assert by_rank[2]["injected_s"] == by_rank[3]["injected_s"] == 0.0
+    assert by_rank[2]["wait_s"] > 0.5 * 2 * step * PACED_STEPS         # the others wait for rank 1 each step
+    # every Allreduce waits for the straggler: about 3x the unslowed paced wall (overheads shrink the ratio)
+    assert 2.0 <= slow["wall_s"] / even["wall_s"] <= 3.6, (slow["wall_s"], even["wall_s"])
+    assert m["summary"]["step_time"] == step
+
+
+def test_paced_local_sgd_says_when_its_compute_outlasts_the_step_time(tmp_path):
+    s, m, err = _run("mpikanel.baselines.local_sgd", 3, ["--local-steps", "4", *PACED, "--step-time", "1e-7"],
+                     tmp_path, "stderr-unheld")
+    assert s["sync"] == "localsgd-4" and s["step_time"] == 1e-7
+    assert s["pacing_held"] is False and s["pacing_missed_share"] > 0.5
+    assert "pacing not held" in err and "--step-time 1e-07" in err
+    assert all(w["pacing_missed"] > 0.5 * w["steps"] for w in s["per_worker"])
+
+
+def test_unpaced_baselines_record_no_pacing(tmp_path):
+    s, _ = _run("mpikanel.baselines.allreduce_sgd", 2, [*PACED, "--max-steps", "5"], tmp_path, "unpaced")
+    assert s["step_time"] is None and s["pacing_held"] is None and s["pacing_missed_share"] is None
+    assert all(w["paced_s"] == 0.0 and w["pacing_s"] == 0.0 for w in s["per_worker"])
+
+
+def test_the_baselines_help_says_they_are_paced_like_the_workers():
+    for module in ("allreduce_sgd", "local_sgd"):
+        out = subprocess.run([sys.executable, "-m", f"mpikanel.baselines.{module}", "--help"], capture_output=True,
+                             text=True, timeout=60, env=clean_env())
+        assert out.returncode == 0 and f"mpikanel.baselines.{module}" in out.stdout
+        text = " ".join(out.stdout.split())
+        assert "Paced exactly like mpikanel.train's workers" in text and "--step-time" in text

@@ -238,23 +238,47 @@ def test_model_recipes():
             bench._model_spec(bad)
 
 
+@pytest.mark.parametrize("model", ["bsp", "allreduce", "localsgd-4"])
+def test_step_time_paces_every_model_baselines_included(model, tmp_path):
+    def command(step_time):
+        args = argparse.Namespace(ranks=3, engine="mpi", step_time=step_time, val_fraction=0.1)
+        return bench.run_command(args, tmp_path, "straggler", model, 0.1, 0, dict(bench.QUICK))[0]
+
+    cmd, unpaced = command(0.02), command(None)
+    assert cmd[cmd.index("--step-time") + 1] == "0.02" and cmd[cmd.index("--slowdown") + 1] == "1:4"
+    assert "--step-time" not in unpaced
+
+
+def test_runs_whose_pacing_was_not_held_are_noted():
+    runs = [_rec("allreduce", scenario="straggler", pacing_held=False, pacing_missed_share=0.2),
+            _rec("bsp", scenario="straggler", pacing_held=True, pacing_missed_share=0.0)]
+    choices = {("straggler", m): {"lr": 0.1, "warning": None} for m in ("allreduce", "bsp")}
+    notes = bench.scenario_notes(runs, "straggler", ["allreduce", "bsp"], choices)
+    assert notes == ["- allreduce lr 0.1 seed 0: pacing not held (20% of steps computed longer than modeled)"]
+
+
 # ---------------------------------------------------------------- end to end
+
+def _bench_quick(out, timeout, *args):
+    """Run `bench sync --quick` of the straggler scenario at 3 ranks, BSP and `args` (more models first) into
+    `out`; its results.json."""
+    pytest.importorskip("matplotlib")
+    cmd = [sys.executable, "-m", "mpikanel.bench", "sync", "--scenario", "straggler", "--models", "bsp", *args,
+           "--ranks", "3", "--quick", "--widen", "0", "--timeout", "120", "--allow-dirty", "--out", str(out)]
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=clean_env())
+    except subprocess.TimeoutExpired as exc:
+        pytest.fail(f"hang: bench sync did not finish in {timeout} s\n{exc.stderr}")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return json.loads((out / "results.json").read_text())
+
 
 @pytest.mark.timeout(900)         # eight launches; each starts 3 Python processes (slow on a loaded machine)
 def test_bench_sync_quick_end_to_end(tmp_path):
     """Two models, two rates, two seeds, two schedules on the tiny workload: files, selection and seeds recorded."""
-    pytest.importorskip("matplotlib")
     out = tmp_path / "bench"
-    cmd = [sys.executable, "-m", "mpikanel.bench", "sync", "--scenario", "straggler", "--models", "bsp",
-           "localsgd-4", "--lrs", "0.05", "0.2", "--seeds", "0", "1", "--ranks", "3", "--quick", "--widen", "0",
-           "--lr-schedules", "constant", "cosine", "--timeout", "120", "--allow-dirty",
-           "--out", str(out)]
-    try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=840, env=clean_env())
-    except subprocess.TimeoutExpired as exc:
-        pytest.fail(f"hang: bench sync did not finish in 840 s\n{exc.stderr}")
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    res = json.loads((out / "results.json").read_text())
+    res = _bench_quick(out, 840, "localsgd-4", "--lrs", "0.05", "0.2", "--seeds", "0", "1",
+                       "--lr-schedules", "constant", "cosine")
     assert res["seeds"] == [0, 1] and res["git_commit"] and res["versions"]["mpi4py"] and res["nproc"] >= 1
     assert len(res["load_average_before"]) == 3 and "mpikanel.bench" in res["command"]
     table = res["tables"]["straggler"]
@@ -311,3 +335,16 @@ def test_psp_notes_report_prediction_error_fallback_and_wait_against_bsp():
     notes = bench.psp_notes(records, "straggler", ["bsp", "psp"], choices)
     assert notes == ["- psp: prediction error median 0.100 [0.050-0.200], p90 0.300 [0.300-0.300]; "
                      "fallback rounds 0.0 [0.0-0.0]%; total wait 0.12x BSP's"]
+
+
+@pytest.mark.timeout(300)
+def test_bench_sync_quick_paced_runs_the_baselines_paced_too(tmp_path):
+    """--step-time reaches a baseline as it reaches the parameter server's workers, and the report says so."""
+    out = tmp_path / "bench"
+    res = _bench_quick(out, 240, "allreduce", "--lrs", "0.2", "--seeds", "0", "--step-time", "0.005")
+    assert res["step_time"] == 0.005 and res["tables"]["straggler"]["flags"]["step-time"] == "0.005"
+    assert {r["model"] for r in res["runs"]} == {"bsp", "allreduce"}
+    for r in res["runs"]:
+        assert r["ok"] and "--step-time" in r["command"] and r["pacing_held"] is not None
+    md = (out / "results.md").read_text()
+    assert "paced at --step-time 0.005 s" in md and "`--slowdown 1:4 --step-time 0.005`" in md

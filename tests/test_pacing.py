@@ -100,7 +100,7 @@ def test_without_step_time_the_driver_injects_on_cpu_time_as_before(monkeypatch)
     monkeypatch.setattr(loop, "worker_core", fake_core)
     monkeypatch.setattr(loop, "sleep_for", slept.append)
     _, stats = loop.run_worker(_Client(), None, None, make_plan(), None, 1, Injector(HeteroSpec(slowdown="1:3"), 1, 2))
-    assert slept == [pytest.approx(0.004)] and answers == [pytest.approx((0.004, 0.004))]
+    assert slept == [pytest.approx(0.004)] and answers == [pytest.approx((0.004, 0.004, 0.004))]
     assert stats.paced_s == 0.0
 
 
@@ -186,3 +186,44 @@ def test_real_bsp_equals_simulated_bsp_bitwise(schedule, tmp_path):
     assert real["samples"] == sim["samples"] and real["deltas_applied"] == sim["deltas_applied"]
     assert real["params_sha256"] == sim["params_sha256"]
 
+
+
+# --- the summary's pacing keys, shared by mpikanel.train and the baselines --------------------------
+
+def _worker(steps, missed, paced_s=1.0, **kw):
+    return {"steps": steps, "pacing_missed": missed, "paced_s": paced_s, "compute_s": 0.1, "injected_s": 0.0, **kw}
+
+
+def test_pacing_is_held_up_to_five_percent_of_missed_steps():
+    from mpikanel.summary import pacing_fields
+
+    workers = [_worker(100, 5), _worker(100, 5)]
+    assert pacing_fields(0.02, workers) == {"step_time": 0.02, "pacing_missed_share": 0.05, "pacing_held": True}
+    assert [w["pacing_missed_share"] for w in workers] == [0.05, 0.05]
+    late = pacing_fields(0.02, [_worker(100, 5), _worker(100, 7)])
+    assert late["pacing_missed_share"] == pytest.approx(0.06) and late["pacing_held"] is False
+
+
+def test_an_unpaced_run_has_no_pacing_verdict():
+    from mpikanel.summary import pacing_fields
+
+    assert pacing_fields(None, [_worker(10, 0, paced_s=0.0)]) == {"step_time": None, "pacing_missed_share": None,
+                                                                  "pacing_held": None}
+
+
+def test_pacing_not_held_is_said_on_stderr_once(capsys):
+    from mpikanel.summary import pacing_fields, warn_pacing
+
+    warn_pacing(pacing_fields(0.01, [_worker(10, 0)]))
+    assert capsys.readouterr().err == ""
+    warn_pacing(pacing_fields(0.01, [_worker(10, 4)]))
+    assert capsys.readouterr().err == ("mpikanel: pacing not held: 40% of steps computed longer than their modeled "
+                                       "time (--step-time 0.01)\n")
+
+
+def test_the_step_time_ratio_counts_the_pacing_sleep():
+    from mpikanel.summary import add_step_time_rel
+
+    workers = [_worker(10, 0, pacing_s=0.9), _worker(10, 0, pacing_s=0.1, injected_s=2.0)]
+    add_step_time_rel(workers)
+    assert [w["step_time_rel"] for w in workers] == [pytest.approx(1.0), pytest.approx(2.2)]

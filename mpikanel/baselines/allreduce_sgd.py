@@ -14,7 +14,10 @@ samples in total, each an equal share (all ranks take the same number of steps);
 ``per-worker`` every rank makes EPOCHS passes over its shard. The validation rows
 (``--val-fraction``) are the last F of the training rows, held out before sharding.
 Heterogeneity injection uses worker number rank+1, so ``--slowdown 1:4`` slows MPI rank 0;
-the slowdown scales each step's CPU time, like the parameter server's workers. Rank 0 copies
+the slowdown scales each step's CPU time, like the parameter server's workers, and
+``--step-time S`` paces every rank as it paces them (the same :class:`mpikanel.worker_loop.Pacer`):
+each step lasts max(its compute, S x rows/batch x the slowdown factor, plus any pause), the rest
+slept, with the same summary keys and "pacing not held" message. Rank 0 copies
 the parameters every ``--snapshot-interval`` s and evaluates the copies after training.
 The loop, the comm/wait split and the summary are in :mod:`mpikanel.baselines.common`.
 """
@@ -25,7 +28,11 @@ import sys
 import mpikanel.comm  # noqa: F401  - MPICH heavy-yield and thread defaults before MPI starts
 
 from ..config import TrainConfig  # noqa: E402
-from .common import train_allreduce  # noqa: E402
+from .common import PACING_HELP, train_allreduce  # noqa: E402
+
+DESCRIPTION = ("Horovod-style synchronous allreduce SGD, the baseline of the parameter server: every rank trains "
+               "and after each step the ranks' deltas are summed (Allreduce). Takes mpikanel.train's flags "
+               "(--sync and the server's are ignored). " + PACING_HELP)
 
 
 def train(config: TrainConfig, comm) -> dict | None:
@@ -41,7 +48,8 @@ def main(argv: list[str] | None = None) -> int:
         train(config, world)
         return 0
 
-    return run_cli("allreduce_sgd", body, argv)
+    return run_cli("allreduce_sgd", body, argv, command="python -m mpikanel.baselines.allreduce_sgd",
+                   description=DESCRIPTION)
 
 
 if __name__ == "__main__":

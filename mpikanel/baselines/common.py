@@ -4,9 +4,10 @@
 ``local_sgd`` (H local steps, then the average of the parameters) are one loop here,
 :func:`train_allreduce`, with two knobs: how many steps between Allreduces and the factor
 the summed deltas are multiplied by. Both use the same data shards, numba kernels,
-heterogeneity injection (the slowdown scales each step's *CPU* time, as on the parameter
-server's workers), shared work budget, validation split, metrics file and summary keys as
-``mpikanel.train``.
+heterogeneity injection and pacing as the parameter server's workers (one
+:class:`mpikanel.worker_loop.Pacer`: the slowdown scales each step's *CPU* time, or with
+``--step-time`` each step lasts max(its compute, the modeled step), the rest slept), shared
+work budget, validation split, metrics file and summary keys as ``mpikanel.train``.
 """
 from __future__ import annotations
 
@@ -29,10 +30,17 @@ from ..hetero import Injector, describe_hetero, parse_hetero, sleep_for
 from ..kernels import CSR, BoundModel, bind, get_model
 from ..evaluate import curve_of
 from ..metrics import SnapshotRecorder, write_metrics
-from ..summary import add_curve
+from ..summary import add_curve, add_step_time_rel, pacing_fields, warn_pacing
 from ..engine.budget import total_samples
 from ..session import agree, hetero_spec, start_params, val_rows, warm_ranks
-from ..worker_loop import BatchCursor, StepPlan
+from ..worker_loop import BatchCursor, Pacer, StepPlan
+
+#: the baselines' --help on heterogeneity and pacing (the parameter server workers' own)
+PACING_HELP = ("Heterogeneity uses worker number rank+1 (--slowdown 1:4 slows MPI rank 0). Paced exactly like "
+               "mpikanel.train's workers, by the same code: with --step-time S every step lasts max(its compute, "
+               "S x rows/--batch-size x the rank's --slowdown factor, plus --pause-s when it pauses), the rest "
+               "slept; the summary records step_time, per-rank paced_s/pacing_s/pacing_missed and pacing_held. "
+               "Without --step-time the slowdown scales each step's CPU time.")
 
 
 def steps_for_samples(rows: int, batch_size: int, samples: int) -> int:
@@ -95,15 +103,12 @@ def setup(config: TrainConfig, comm: Any) -> Setup:
 
 
 def injected_step(shard: BoundModel, local: np.ndarray, idx: np.ndarray, plan: StepPlan, scratch: Any,
-                  injector: Injector, progress: float = 0.0) -> tuple[float, float]:
-    """One SGD step at `progress` through the budget (the rate schedule's), then the injected slowdown on
-    its CPU time (like worker_loop); (wall s, injected s)."""
+                  pacer: Pacer, progress: float = 0.0) -> tuple[float, float, float]:
+    """One SGD step at `progress` through the budget (the rate schedule's), then the pacer's sleep
+    (the parameter server workers' own); (compute s, slept s, of it injected s)."""
     t0, c0 = time.perf_counter(), time.thread_time()
     shard.step(local, idx, plan.rate_for(idx.size, progress), plan.l2, scratch)
-    compute = time.perf_counter() - t0
-    slow = injector.compute_delay(time.thread_time() - c0)
-    sleep_for(slow)
-    return compute, slow
+    return pacer.finish_step(time.perf_counter() - t0, time.thread_time() - c0, int(idx.size))
 
 
 def train_allreduce(config: TrainConfig, comm: Any, kind: str, every: int, scale: float,
@@ -125,12 +130,13 @@ def train_allreduce(config: TrainConfig, comm: Any, kind: str, every: int, scale
     local, delta, summed = params.copy(), np.zeros(n_params), np.zeros(n_params)
     scratch = s.shard.scratch()
     injector = Injector(hetero_spec(config), rank + 1, size, n_steps)
+    pacer = Pacer(injector, config.batch_size, config.step_time)
     cursor = BatchCursor(s.shard.rows, StepPlan(n_steps, config.batch_size, config.lr, config.l2, s.n_classes,
                                                 n_steps), np.random.default_rng([config.seed, rank + 1]))
     recorder = SnapshotRecorder(config.snapshot_interval) if rank == 0 else None
     reduce_s: list[float] = []
     stats = {"rank": rank + 1, "mpi_rank": rank, "rows": s.shard.rows, "steps": 0, "pushes": 0, "samples": 0,
-             "compute_s": 0.0, "injected_s": 0.0, "slowdown": injector.factor}
+             "compute_s": 0.0, "injected_s": 0.0, "pacing_s": 0.0, "slowdown": injector.factor}
     load_before = os.getloadavg()[0]
     comm.Barrier()
     t_start = time.perf_counter()
@@ -138,11 +144,12 @@ def train_allreduce(config: TrainConfig, comm: Any, kind: str, every: int, scale
         recorder.maybe_snapshot(0.0, params, 0)
     for step in range(1, n_steps + 1):
         idx = cursor.next()
-        compute, slow = injected_step(s.shard, local, idx, plan, scratch, injector, (step - 0.5) / n_steps)
+        compute, slept, injected = injected_step(s.shard, local, idx, plan, scratch, pacer, (step - 0.5) / n_steps)
         stats["steps"] += 1
         stats["samples"] += len(idx)
         stats["compute_s"] += compute
-        stats["injected_s"] += slow
+        stats["injected_s"] += injected
+        stats["pacing_s"] += slept - injected
         if step % every and step != n_steps:
             continue
         np.subtract(local, params, out=delta)
@@ -162,6 +169,7 @@ def train_allreduce(config: TrainConfig, comm: Any, kind: str, every: int, scale
         if recorder is not None:
             recorder.maybe_snapshot(t3 - t_start, params, stats["pushes"])
     wall = time.perf_counter() - t_start
+    stats["paced_s"], stats["pacing_missed"] = pacer.paced_s, pacer.missed
     if recorder is not None:
         recorder.final(wall, params, stats["pushes"])
     stats["load_avg"] = (load_before, os.getloadavg()[0])
@@ -197,7 +205,7 @@ def _finish(config: TrainConfig, comm: Any, s: Setup, kind: str, params: np.ndar
         **_val_metrics(s.val, params), "deltas_sent": int(sum(w["pushes"] for w in workers)),
         "budget": config.budget, "samples": int(sum(w["samples"] for w in workers)),
         "samples_budget": total_samples(config.epochs, s.n_train) if config.budget == "shared" else None,
-        "params_norm": float(np.linalg.norm(params)),
+        "params_norm": float(np.linalg.norm(params)), **pacing_fields(config.step_time, workers),
         "load_avg_before": load_before, "load_avg_after": load_after, **extra},
         mpi_library=MPI.Get_library_version().splitlines()[0])
     finish(config, summary, curve)
@@ -208,14 +216,6 @@ def _val_metrics(val: BoundModel | None, params: np.ndarray) -> dict:
     if val is None:
         return {"val_loss": None, "val_accuracy": None}
     return {"val_loss": val.loss_sum(params) / val.rows, "val_accuracy": val.correct(params) / val.rows}
-
-
-def add_step_time_rel(workers: list[dict]) -> None:
-    """Each worker's realized seconds per step (compute + injected) relative to the fastest worker's."""
-    per_step = [(w["compute_s"] + w["injected_s"]) / max(w["steps"], 1) for w in workers]
-    fastest = min(per_step) if per_step else 0.0
-    for w, t in zip(workers, per_step):
-        w["step_time_rel"] = t / fastest if fastest > 0 else 1.0
 
 
 def make_summary(kind: str, config: TrainConfig, model: str, ranks: int, workers: list[dict],
@@ -233,6 +233,7 @@ def make_summary(kind: str, config: TrainConfig, model: str, ranks: int, workers
 def finish(config: TrainConfig, summary: dict, curve: dict, extra_attrs: dict | None = None) -> None:
     """Add the curve, write the metrics file and summary JSON the config asks for, print unless quiet."""
     add_curve(summary, curve, config.target_loss)
+    warn_pacing(summary)
     if config.metrics:
         attrs = {"sync": summary["sync"], "model": summary["model"], "workers": summary["workers"],
                  "seed": config.seed, "scenario": summary["scenario"], "command": " ".join(sys.argv),
@@ -245,6 +246,8 @@ def finish(config: TrainConfig, summary: dict, curve: dict, extra_attrs: dict | 
         reached = summary.get("time_to_target_s")
         print(f"{summary['sync']} {summary['model']}: {summary['workers']} trainers, wall {summary['wall_s']:.2f} s, "
               f"test loss {summary['test_loss']:.4f}, acc {summary['test_accuracy']:.2%}"
+              + ("" if summary.get("pacing_held") is None else f", paced at --step-time {summary['step_time']:g} s "
+                 f"({'held' if summary['pacing_held'] else 'NOT held'})")
               + ("" if config.target_loss is None else
                  f", time to {config.target_loss:g}: " + ("not reached" if reached is None else f"{reached:.2f} s")),
               flush=True)

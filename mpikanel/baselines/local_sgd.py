@@ -7,9 +7,9 @@ All R ranks train from the common parameters; every H steps (and after the last 
 parameters become the mean of the ranks' local parameters: params + mean of the deltas, one
 ``Allreduce(SUM)`` of ``local - params``. H = 1 is synchronous minibatch SGD with the *mean*
 of the deltas (``allreduce_sgd`` adds their sum, like the parameter server). Same shards,
-kernels, CPU-time heterogeneity injection, shared work budget, validation split, metrics file
-and summary keys as the other baselines (:mod:`mpikanel.baselines.common`); ``sync`` in the
-summary is ``localsgd-H``.
+kernels, heterogeneity injection, ``--step-time`` pacing (the parameter server workers' own),
+shared work budget, validation split, metrics file and summary keys as the other baselines
+(:mod:`mpikanel.baselines.common`); ``sync`` in the summary is ``localsgd-H``.
 """
 from __future__ import annotations
 
@@ -19,7 +19,11 @@ import sys
 import mpikanel.comm  # noqa: F401  - MPICH heavy-yield and thread defaults before MPI starts
 
 from ..config import TrainConfig  # noqa: E402
-from .common import train_allreduce  # noqa: E402
+from .common import PACING_HELP, train_allreduce  # noqa: E402
+
+DESCRIPTION = ("Local SGD baseline: every rank takes --local-steps H (default 4) local steps, then the ranks' "
+               "parameters are averaged (Allreduce). Takes mpikanel.train's flags (--sync and the server's are "
+               "ignored). " + PACING_HELP)
 
 
 def train(config: TrainConfig, comm, local_steps: int) -> dict | None:
@@ -49,7 +53,8 @@ def main(argv: list[str] | None = None) -> int:
         train(config, world, local_steps)
         return 0
 
-    return run_cli("local_sgd", body, rest)
+    return run_cli("local_sgd", body, rest, command="python -m mpikanel.baselines.local_sgd --local-steps H",
+                   description=DESCRIPTION)
 
 
 if __name__ == "__main__":

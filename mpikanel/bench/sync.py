@@ -37,11 +37,12 @@ Scenarios: homogeneous, straggler (``--slowdown 1:4``), lognormal (``--slowdown 
 slow-link (``--link-delay 1:0.03``), congested (``--server-delay 0.004``: a seeded service time
 per push on the server, on the same rank count), a changing cluster: slowing (``--slowdown
 2:1->4@30%``) and recovering (``--slowdown 1:4->1@50%``), and two meant for 33-65 paced ranks
-(``--step-time 0.02``): server-bound (``--server-delay 0.001``: the server serves fewer pushes
+(``--step-time 0.02``, which paces the baselines' ranks exactly as the parameter server's
+workers): server-bound (``--server-delay 0.001``: the server serves fewer pushes
 than the workers send) and bandwidth-bound (1M parameters, 100k sparse features x 10 classes,
 pushed dense at ``--link-bandwidth '*:2e8'``: 40 ms per push on each worker's link). A homogeneous run whose largest realized
-step-time ratio (``per_worker[i].step_time_rel``: seconds per step, compute plus injection,
-relative to the fastest worker) exceeds 1.3 is flagged: CPU contention, not the sync model,
+step-time ratio (``per_worker[i].step_time_rel``: seconds per step, compute plus injection and
+pacing, relative to the fastest worker) exceeds 1.3 is flagged: CPU contention, not the sync model,
 decided it.
 
 Default workload (softmax, 10 classes): ``--synthetic-rows 100000 --synthetic-features 1000
@@ -337,7 +338,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="--engine sim: worker counts, one table set each (default: --ranks - 1)")
     parser.add_argument("--step-time", type=float, default=None,
                         help="modeled seconds per step: --engine sim models every step so (default: measured by "
-                             "each run), --engine mpi paces the mpikanel.train workers (default: unpaced)")
+                             "each run), --engine mpi paces every run's trainers, the parameter server's workers "
+                             "and the baselines' ranks alike (default: unpaced)")
     for key in ("synthetic-rows", "synthetic-features", "batch-size", "epochs"):
         parser.add_argument(f"--{key}", type=int, default=None, help=f"workload override (default {WORKLOAD[key]})")
     parser.add_argument("--snapshot-interval", type=float, default=None,
@@ -362,6 +364,12 @@ def _execute(cmd: list[str], timeout: float) -> tuple[int | None, str]:
     return proc.returncode, err[-1500:]
 
 
+def run_flags(args: argparse.Namespace, scenario: str) -> dict[str, str]:
+    """The scenario's flags of every run, with --step-time when given (every model is paced alike)."""
+    step_time = getattr(args, "step_time", None)
+    return {**SCENARIOS[scenario], **({"step-time": f"{step_time:g}"} if step_time else {})}
+
+
 def run_command(args: argparse.Namespace, out: Path, scenario: str, model: str, lr: float, seed: int,
                 workload: dict[str, str]) -> tuple[list[str], Path]:
     """The mpiexec command line of one run and its metrics path."""
@@ -372,11 +380,9 @@ def run_command(args: argparse.Namespace, out: Path, scenario: str, model: str, 
         launch = [sys.executable, "-m", "mpikanel.sim", "--workers", str(args.ranks - 1)]
     else:
         launch, _ = mpiexec_launch(["python", "-m", recipe.module], ["-n", str(args.ranks)], env=rank_env(None))
-    if args.step_time and (args.engine == "sim" or recipe.module == "mpikanel.train"):
-        launch += ["--step-time", f"{args.step_time:g}"]
     cmd = [*launch, *recipe.flags,
            *_flags(workload), "--val-fraction", f"{args.val_fraction:g}", "--lr", f"{lr:g}", "--seed", str(seed),
-           *_flags(SCENARIOS[scenario]), "--scenario", scenario, "--metrics", str(out / f"{stem}.h5"), "--quiet"]
+           *_flags(run_flags(args, scenario)), "--scenario", scenario, "--metrics", str(out / f"{stem}.h5"), "--quiet"]
     return cmd, out / f"{stem}.h5"
 
 
@@ -414,6 +420,7 @@ def load_record(record: dict) -> None:
     record.update(val_loss=s.get("val_loss"), test_loss=s["test_loss"], test_accuracy=s["test_accuracy"],
                   wall_s=s["wall_s"], total_wait_s=sum(float(w.get("wait_s", 0.0)) for w in workers),
                   samples=s.get("samples"), step_time_ratio=max_step_ratio(workers),
+                  pacing_held=s.get("pacing_held"), pacing_missed_share=s.get("pacing_missed_share"),
                   load_avg=(s.get("load_avg_before"), s.get("load_avg_after")),
                   mpi_library=s.get("versions", {}).get("mpi", ""))
     per_worker = s.get("per_worker") or []
@@ -546,8 +553,8 @@ def rereport(args: argparse.Namespace) -> int:
             load_record(r)
     scenarios, models = list(old["tables"]), old["models"]
     choices = {(sc, m): old["tables"][sc]["chosen"][m] for sc in scenarios for m in models}
-    for key in ("ranks", "seeds", "lrs", "val_fraction"):
-        setattr(args, key, old[key])
+    for key in ("ranks", "seeds", "lrs", "val_fraction", "step_time"):
+        setattr(args, key, old.get(key))
     args.schedules, args.schedule_runs = old.get("schedules", {}), old.get("schedule_runs", [])
     keep = {k: old[k] for k in ("command", "git_commit", "versions", "nproc", "load_average_before",
                                 "load_average_after", "harness_wall_s", "n_runs") if k in old}
@@ -680,6 +687,8 @@ def scenario_notes(records: list[dict], scenario: str, models: list[str], choice
              if choices[scenario, m]["warning"]]
     runs = [r for r in records if r["scenario"] == scenario]
     notes += [f"- {r['model']} lr {r['lr']:g} seed {r['seed']}: {r.get('error')}" for r in runs if not r["ok"]]
+    notes += [f"- {r['model']} lr {r['lr']:g} seed {r['seed']}: pacing not held ({r['pacing_missed_share']:.0%} "
+              "of steps computed longer than modeled)" for r in runs if r["ok"] and r.get("pacing_held") is False]
     notes += esp_notes(records, scenario, models, choices)
     notes += psp_notes(records, scenario, models, choices)
     if scenario == "homogeneous":
@@ -760,7 +769,7 @@ def scenario_section(args: argparse.Namespace, out: Path, scenario: str, models:
     notes = scenario_notes(records, scenario, models, choices)
     plots = _plots(out, scenario, {m: chosen[m][0] for m in models if chosen[m] and chosen[m][0]["ok"]}, target,
                    args.ranks)
-    flags = " ".join(_flags(SCENARIOS[scenario])) or "(none)"
+    flags = " ".join(_flags(run_flags(args, scenario))) or "(none)"
     shown = ", ".join(f"seed {k}: {'n/a' if v is None else f'{v:.4f}'}" for k, v in targets.items())
     text = (f"### {scenario}\n\nflags: `{flags}`; validation target {shown}"
             + schedule_line(getattr(args, "schedules", {}).get(scenario)) + f"\n\n{markdown_table(HEADERS, rows)}\n"
@@ -768,7 +777,7 @@ def scenario_section(args: argparse.Namespace, out: Path, scenario: str, models:
             + f"\nRate selection (seed {args.seeds[0]}, final validation loss):\n\n"
             + selection_table(records, scenario, models, choices) + "\n"
             + "".join(f"\n![{p}]({p})\n" if p.endswith(".png") else f"\n{p}\n" for p in plots))
-    table = {"flags": SCENARIOS[scenario], "target_loss": {str(k): v for k, v in targets.items()},
+    table = {"flags": run_flags(args, scenario), "target_loss": {str(k): v for k, v in targets.items()},
              "plots": plots, "notes": notes,
              "chosen": {m: choices[scenario, m] for m in models},
              "rows": [dict(zip(HEADERS, row)) for row in rows]}
@@ -821,12 +830,24 @@ def versions(records: list[dict]) -> dict[str, str]:
             "numpy": v("numpy"), "numba": v("numba"), "python": sys.version.split()[0]}
 
 
+def _pacing_text(args: argparse.Namespace) -> str:
+    """', paced at --step-time S s (...)' for the header ('' unpaced)."""
+    if not getattr(args, "step_time", None):
+        return ""
+    if getattr(args, "engine", "mpi") == "sim":
+        return f", every step modeled at --step-time {args.step_time:g} s"
+    return (f", paced at --step-time {args.step_time:g} s (every model: the parameter server's workers and the "
+            "baselines' ranks alike)")
+
+
 def _header(args: argparse.Namespace, workload: dict[str, str], meta: dict) -> str:
     la, lb = meta["load_average_before"], meta["load_average_after"]
     return (f"# bench sync\n\ncommand: `{' '.join(meta['command'])}`\n\n"
             f"git commit {meta['git_commit']}; engine {getattr(args, 'engine', 'mpi')}"
             f"{' (virtual clock: times are modeled seconds)' if getattr(args, 'engine', 'mpi') == 'sim' else ''}; "
-            f"{args.ranks} ranks; nproc {meta['nproc']}; load average (1/5/15 min) "
+            f"{args.ranks} ranks"
+            + _pacing_text(args)
+            + f"; nproc {meta['nproc']}; load average (1/5/15 min) "
             f"before {la[0]:.2f}/{la[1]:.2f}/{la[2]:.2f}, after {lb[0]:.2f}/{lb[1]:.2f}/{lb[2]:.2f}; "
             f"harness wall {meta['harness_wall_s']:.0f} s over {meta['n_runs']} runs"
             + (f"; report rebuilt at commit {meta['report_rebuilt_at_commit']} (--report-only)"
@@ -847,7 +868,7 @@ def _header(args: argparse.Namespace, workload: dict[str, str], meta: dict) -> s
             "(interpolated between curve points; baselines, which have no server, show '-'); MB to target: those "
             "pushes at the run's mean bytes per push. Total wait: sum over workers of time held by the sync policy (baselines: time "
             "in Allreduce beyond the fastest rank). Samples: processed by the whole cluster. Max step-time ratio: "
-            "the slowest worker's realized seconds per step (compute + injection) over the fastest's. Baselines "
+            "the slowest worker's realized seconds per step (compute + injection + pacing) over the fastest's. Baselines "
             f"train on all {args.ranks} ranks (no server); the parameter server on {args.ranks - 1} workers.\n")
 
 
@@ -876,6 +897,7 @@ def report(args: argparse.Namespace, out: Path, scenarios: list[str], models: li
     public = [{k: v for k, v in r.items() if not k.startswith("_")} for r in records]
     (out / "results.json").write_text(json.dumps({
         **meta, "ranks": args.ranks, "seeds": args.seeds, "lrs": args.lrs, "widen": getattr(args, "widen", 0),
+        "step_time": getattr(args, "step_time", None),
         "val_fraction": args.val_fraction, "schedules": getattr(args, "schedules", {}),
         "schedule_runs": getattr(args, "schedule_runs", []),
         "workload": workload, "models": models, "scenarios": {s: SCENARIOS[s] for s in scenarios},

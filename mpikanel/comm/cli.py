@@ -12,8 +12,11 @@ from ..errors import InputError, NothingLeft, TrainingError
 from . import environment
 
 
-def run_cli(prog: str, body: Callable[[TrainConfig, object], int], argv: list[str] | None = None) -> int:
+def run_cli(prog: str, body: Callable[[TrainConfig, object], int], argv: list[str] | None = None,
+            command: str = "python -m mpikanel.train", description: str | None = None) -> int:
     """Parse flags, run body(config, COMM_WORLD) and map failures to exit codes.
+
+    `command` and `description` head --help (mpikanel.train's unless given).
 
     2 for bad input (raised identically on every rank during set-up, printed once by rank 0); 0
     with one line when a resumed checkpoint has nothing left to do;
@@ -25,7 +28,7 @@ def run_cli(prog: str, body: Callable[[TrainConfig, object], int], argv: list[st
     environment.prepare_environment()
     guessed_rank = environment.env_rank()
     try:
-        config = config_from_args(argv, print_errors=guessed_rank == 0)
+        config = config_from_args(argv, print_errors=guessed_rank == 0, prog=command, description=description)
     except InputError as exc:
         if guessed_rank == 0:
             print(f"{prog}: error: {exc}", file=sys.stderr)

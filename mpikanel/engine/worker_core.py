@@ -5,7 +5,8 @@ with WorkerClient's non-blocking ``delta``/``start``/``test``/``send_state``; wh
 pass it yields an effect to its driver and gets the result back:
 
 * ``Compute(wall_s, cpu_s)`` after each step -> ``(compute_s, injected_s)``: the MPI driver
-  sleeps the injected slowdown and returns the measured wall time; the simulator returns
+  (:class:`mpikanel.worker_loop.Pacer`) sleeps the injected slowdown and returns the measured
+  wall time; the simulator returns
   its step-time model and advances its virtual clock; a paced MPI driver (``--step-time``)
   answers ``(compute_s, slept_s, injected_s)``: the step lasted compute_s + slept_s, of which
   injected_s came from the injected heterogeneity;
