@@ -31,7 +31,7 @@ from .budget import UNLIMITED
 from .messages import PAYLOAD_OFFSET, Answer, Flag
 from ..errors import TrainingError
 from ..hetero import Injector
-from ..kernels import BoundModel
+from ..kernels import BoundModel, LazyDecay, lazy_decay
 from ..lr_schedule import scheduled_rate
 from ..sync.schedule import Action, Schedule, WorkerState
 from .key_tracker import KeyTracker
@@ -291,6 +291,17 @@ class _Worker:
         # with a KeyTracker, pushes read only the keys steps changed; at_send then equals local
         # wherever no step changed a key since the last push (push and merge keep it so)
         self.tracker: KeyTracker | None = None
+        # CSR rows with L2: steps decay only the features they touch (kernels.lazy), flushed
+        # before the last push and before a checkpoint part
+        self.lazy: LazyDecay | None = None
+
+    def flush_decay(self) -> None:
+        """Apply every pending lazy decay to local (its changed keys become unsent work)."""
+        if self.lazy is None:
+            return
+        keys = self.lazy.flush(self.local)
+        if self.tracker is not None:
+            self.tracker.add_keys(keys)
 
     def track(self, tracker: KeyTracker) -> None:
         """Push only the keys the tracker saw change (and any unsent work already in local)."""
@@ -325,6 +336,8 @@ class _Worker:
     def push(self, last: bool, background: bool = False) -> None:
         """Start an exchange carrying every unsent step (local - base); ``background``: keep
         training while it is in flight."""
+        if last:
+            self.flush_decay()
         nbytes = self._frame_delta()
         st = self.st
         # seconds per full minibatch: the budget's last partial batches must not look like a speed-up
@@ -345,7 +358,8 @@ class _Worker:
         """Resumable state for a checkpoint part, valid until the worker trains on (the part is
         written at once): the arrays are its own (``produced``, ``order``) or new (``unsent``),
         with no copy of the model-sized ones, which at 10M parameters cost the cut more CPU than
-        writing the part."""
+        writing the part. Pending lazy decay is applied first: the part's unsent work holds it."""
+        self.flush_decay()
         st = asdict(self.st)
         st["pending"] = st["probing"] = False
         stats = {f.name: getattr(self.stats, f.name) for f in fields(self.stats) if f.name != "produced"}
@@ -501,7 +515,8 @@ def worker_core(client: Exchanger, data: BoundModel, params: np.ndarray, plan: S
         w.restore(resume)
         if resume["state"]["finished"]:
             return w.local, stats
-    if KeyTracker.usable(data, plan.l2, getattr(client, "push_mode", "dense")):
+    w.lazy = lazy_decay(data, plan.l2)
+    if KeyTracker.usable(data, plan.l2, getattr(client, "push_mode", "dense"), lazy=w.lazy is not None):
         w.track(KeyTracker(data, params.size))
     st = w.st
     while not (w.stopped or w.finished or cursor.done):
@@ -565,7 +580,7 @@ def _step(w: _Worker, data: BoundModel, plan: StepPlan, idx: np.ndarray,
     w.step = w.cursor.step
     t0, c0 = time.perf_counter(), time.thread_time()
     rate = plan.rate_for(idx.size) if plan.constant else plan.rate_for(idx.size, w.progress(plan, idx.size))
-    data.step(w.local, idx, rate, plan.l2, scratch)
+    (w.lazy or data).step(w.local, idx, rate, plan.l2, scratch)
     if w.tracker is not None:
         w.tracker.add_rows(idx)
     compute, slow, *share = yield Compute(time.perf_counter() - t0, time.thread_time() - c0, int(idx.size))
