@@ -112,8 +112,8 @@ class LazyDecay:
 
     def rebase(self) -> None:
         """Divide every stamp by the running product and restart it at 1 (no weight changes)."""
+        np.minimum(self.stamps, STAMP_MAX * self.prod[0], out=self.stamps)
         np.divide(self.stamps, self.prod[0], out=self.stamps)
-        np.minimum(self.stamps, STAMP_MAX, out=self.stamps)
         self.prod[0] = 1.0
 
     def pending(self) -> bool:
