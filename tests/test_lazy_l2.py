@@ -166,30 +166,64 @@ def test_a_registered_model_gets_lazy_decay_when_it_declares_csr_keys(csr_keys):
         unregister_model(name)
 
 
-def test_a_checkpoint_part_holds_the_pending_decay_and_its_keys_are_pushed_next():
-    X, y, rng = csr_problem(4)
-    data = bind(get_model("softmax"), X, y, 4)
-    n = data.model.n_params(X.shape[1], 4)
-    params = rng.standard_normal(n) * 0.1
-    plan = wc.StepPlan(1, 16, 0.5, 1e-2, 4)
-    w = wc._Worker(None, params, wc.WorkerStats(rank=1, rows=X.shape[0], produced=np.zeros(n)),
+def lazy_worker(data, params: np.ndarray, plan, rng) -> "wc._Worker":
+    """A worker core's state without a client: a cursor, lazy decay, tracked keys."""
+    n = params.size
+    w = wc._Worker(None, params, wc.WorkerStats(rank=1, rows=data.rows, produced=np.zeros(n)),
                    Injector(HeteroSpec(), 1, 1), 1)
-    w.cursor = wc.BatchCursor(X.shape[0], plan, rng)
+    w.cursor = wc.BatchCursor(data.rows, plan, rng)
     w.lazy = lazy_decay(data, plan.l2)
     w.track(KeyTracker(data, n))
+    return w
+
+
+def test_a_checkpoint_part_holds_the_lazy_state_and_a_restored_worker_continues_alike():
+    X, y, rng = csr_problem(4)
+    data = bind(get_model("softmax"), X, y, 4)
+    params = rng.standard_normal(data.model.n_params(X.shape[1], 4)) * 0.1
+    plan = wc.StepPlan(1, 16, 0.5, 1e-2, 4)
+    w = lazy_worker(data, params, plan, np.random.default_rng(1))
     eager, scratch = params.copy(), data.scratch()
     for _ in range(10):
         idx = w.cursor.next()
         data.step(eager, idx, plan.lr, plan.l2, scratch)
         w.lazy.step(w.local, idx, plan.lr, plan.l2, scratch)
-        w.tracker.add_rows(idx)
-    assert w.lazy.pending()
+    before = w.local.copy()
     part = w.capture(finished=False)
+    # the checkpoint changes nothing in the run: no flush, the stamps travel with the part
+    assert w.lazy.pending() and np.array_equal(w.local, before)
+    assert part["state"]["lazy_prod"] == w.lazy.prod[0] and np.count_nonzero(part["lazy_stamps"]) > 0
+    # a reshaped restart folds in what the worker still owed: the eagerly decayed model
+    from mpikanel.kernels.lazy import owed_decay
+    local = params + part["unsent"]
+    assert_close(local + owed_decay(local, part["lazy_stamps"], part["state"]["lazy_prod"]), eager)
+    resumed = lazy_worker(data, params, plan, np.random.default_rng(99))
+    resumed.restore(part)
+    assert np.array_equal(resumed.lazy.stamps, w.lazy.stamps) and resumed.lazy.prod[0] == w.lazy.prod[0]
+    for worker in (w, resumed):
+        for _ in range(5):
+            worker.lazy.step(worker.local, worker.cursor.next(), plan.lr, plan.l2, scratch)
+        worker.flush_decay()
+    assert_close(resumed.local, w.local)
+
+
+def test_the_last_push_flushes_and_the_tracker_carries_the_flushed_keys():
+    X, y, rng = csr_problem(3)
+    data = bind(get_model("svm"), X, y, 3)
+    params = rng.standard_normal(data.model.n_params(X.shape[1], 3)) * 0.1
+    plan = wc.StepPlan(1, 16, 0.5, 1e-2, 3)
+    w = lazy_worker(data, params, plan, rng)
+    for _ in range(10):
+        idx = w.cursor.next()
+        w.lazy.step(w.local, idx, plan.lr, plan.l2, data.scratch())
+        w.tracker.add_rows(idx)
+    w.tracker.take()                      # as a push would
+    w.at_send[:] = w.local
+    before = w.local.copy()
+    w.flush_decay()
     assert not w.lazy.pending()
-    assert_close(params + part["unsent"], eager)
-    # the flush's keys are unsent work: the next sparse push carries them
-    changed = np.flatnonzero(part["unsent"])
-    assert np.isin(changed, w.tracker.current()).all()
+    changed = np.flatnonzero(w.local != before)
+    assert changed.size > 0 and np.isin(changed, w.tracker.current()).all()
 
 
 def sim(workers: int, **overrides) -> dict:
@@ -224,16 +258,27 @@ SPARSE_RUN = ["--sync", "bsp", "--data", "synthetic-sparse", "--synthetic-featur
               "16000", "--epochs", "1", "--model", "logistic", "--lr", "0.5"]     # the default --l2 1e-4
 
 
-def test_mpi_bsp_with_lazy_l2_is_bitwise_across_runs_servers_and_frames(tmp_path):
-    from launch import run_train
+def test_mpi_bsp_with_lazy_l2_is_bitwise_across_runs_servers_frames_checkpoints_and_resumes(tmp_path):
+    """One model for: a run, the same run again taking checkpoints (they hold the workers' stamps:
+    nothing is flushed), 2 servers, dense frames, and a run resumed from the first checkpoint."""
+    from launch import checkpoints, run_train
 
+    ck = tmp_path / "ck"
     runs = {}
-    for tag, n, extra in (("sparse", 5, ["--push", "sparse"]), ("again", 5, ["--push", "sparse"]),
-                          ("servers2", 6, ["--push", "sparse", "--servers", "2"]), ("dense", 5, ["--push", "dense"])):
+    for tag, n, extra in (("sparse", 5, ["--push", "sparse"]),
+                          ("checkpointed", 5, ["--push", "sparse", "--checkpoint-dir", str(ck), "--checkpoint-every",
+                                               "20steps", "--keep-checkpoints", "10"]),
+                          ("servers2", 6, ["--push", "sparse", "--servers", "2"]), ("dense", 5, ["--push", "dense"]),
+                          ("resumed", 5, ["--push", "sparse", "--resume", "FIRST"])):
+        if tag == "resumed":
+            paths = checkpoints(ck)
+            assert len(paths) >= 2
+            extra[-1] = str(paths[0])
         proc, runs[tag] = run_train(n, *SPARSE_RUN, *extra, tmp_path=tmp_path)
         assert proc.returncode == 0, proc.stderr
-    assert len({s["params_sha256"] for s in runs.values()}) == 1
+        assert runs[tag]["delta_sum_rel_error"] < 1e-9
+    assert runs["resumed"]["resumed_from"] == str(paths[0])
+    assert {tag: s["params_sha256"] for tag, s in runs.items()} == {tag: runs["sparse"]["params_sha256"] for tag in runs}
     assert runs["sparse"]["config"]["l2"] == 1e-4
     # each worker's last push carries its flush (every weight it touched): short runs pay most for it
     assert runs["sparse"]["bytes_per_push"] < runs["dense"]["bytes_per_push"] / 20
-    assert runs["sparse"]["delta_sum_rel_error"] < 1e-9

@@ -292,7 +292,7 @@ class _Worker:
         # wherever no step changed a key since the last push (push and merge keep it so)
         self.tracker: KeyTracker | None = None
         # CSR rows with L2: steps decay only the features they touch (kernels.lazy), flushed
-        # before the last push and before a checkpoint part
+        # before the last push; a checkpoint part holds the stamps
         self.lazy: LazyDecay | None = None
 
     def flush_decay(self) -> None:
@@ -358,16 +358,19 @@ class _Worker:
         """Resumable state for a checkpoint part, valid until the worker trains on (the part is
         written at once): the arrays are its own (``produced``, ``order``) or new (``unsent``),
         with no copy of the model-sized ones, which at 10M parameters cost the cut more CPU than
-        writing the part. Pending lazy decay is applied first: the part's unsent work holds it."""
-        self.flush_decay()
+        writing the part. With lazy decay the part holds its stamps and product (no flush: the
+        checkpoint changes nothing in the run)."""
         st = asdict(self.st)
         st["pending"] = st["probing"] = False
         stats = {f.name: getattr(self.stats, f.name) for f in fields(self.stats) if f.name != "produced"}
-        return {"state": {"rank": self.rank, "finished": finished, "cursor": self.cursor.state(),
+        part = {"state": {"rank": self.rank, "finished": finished, "cursor": self.cursor.state(),
                           "schedule": st, "base_version": self.base_version, "stats": stats,
                           "injector_step": self.injector.step, "allowance": self.allowance,
                           "budget_finished": self.finished, "counted": self.counted},
                 "unsent": self.local - self.base, "produced": self.stats.produced, "order": self.cursor.order}
+        if self.lazy is not None:
+            part["lazy_stamps"], part["state"]["lazy_prod"] = self.lazy.saved()
+        return part
 
     def restore(self, saved: dict) -> None:
         """Continue from a checkpointed state: local = global + the unsent work."""
@@ -385,6 +388,8 @@ class _Worker:
         for key, value in state["stats"].items():
             setattr(self.stats, key, value)
         self.stats.produced = np.array(saved["produced"], dtype=np.float64)
+        if self.lazy is not None and "lazy_stamps" in saved:
+            self.lazy.load(saved["lazy_stamps"], float(state["lazy_prod"]))
 
     def merge(self, reply) -> None:
         """Take the server's parameters, keeping steps made since the push."""
@@ -511,11 +516,11 @@ def worker_core(client: Exchanger, data: BoundModel, params: np.ndarray, plan: S
     w.allowance = plan.lease if plan.lease is not None else UNLIMITED
     schedule.setup(w.st, rank, injector.spec.seed)
     stats.max_skip = w.st.max_skip
+    w.lazy = lazy_decay(data, plan.l2)
     if resume is not None:
         w.restore(resume)
         if resume["state"]["finished"]:
             return w.local, stats
-    w.lazy = lazy_decay(data, plan.l2)
     if KeyTracker.usable(data, plan.l2, getattr(client, "push_mode", "dense"), lazy=w.lazy is not None):
         w.track(KeyTracker(data, params.size))
     st = w.st

@@ -8,8 +8,10 @@ step first catches up the features of its rows, w_j <- w_j * P_now / stamp_j (th
 missed: (1 - lr*l2)^k after k steps at a constant rate, the exact product under a schedule),
 computes its residuals at those values, multiplies P by this step's factor and catches up again
 the features it updates, right before their gradient term: w_j <- (1 - lr_t*l2) w_j - lr_t g_j,
-as eager decay does.  ``flush`` applies every pending decay (before a worker's last push and its
-checkpoint part), after which the stored vector equals the eagerly decayed one up to rounding.
+as eager decay does.  ``flush`` applies every pending decay (before a worker's last push), after
+which the stored vector equals the eagerly decayed one up to rounding and the state restarts at
+1.  A checkpoint part holds the stamps and the product instead of a flush (``saved``/``load``):
+a checkpoint then changes nothing in the run, and a resumed worker continues bitwise alike.
 
 P shrinks geometrically; when it falls below RENORM_BELOW every stamp is divided by it and P
 restarts at 1 (a pass over the stamps, once every ~345/(lr*l2) steps).  Stamps are capped at
@@ -104,6 +106,10 @@ class LazyDecay:
 
     def step(self, w: np.ndarray, idx: np.ndarray, lr: float, l2: float, scratch: np.ndarray) -> None:
         """One minibatch SGD step on rows idx with lazy decay (BoundModel.step's signature)."""
+        if lr * l2 >= 1.0:              # a factor <= 0 has no running product: flush, step eagerly
+            self.flush(w)
+            self.data.step(w, idx, lr, l2, scratch)
+            return
         X = self.data.X
         self.data.model.sgd_step_csr_lazy(w, X.indptr, X.indices, X.data, X.shape[1], self.data.y, idx, lr, l2,
                                           self.data.n_classes, scratch, self.stamps, self.prod)
@@ -116,14 +122,28 @@ class LazyDecay:
         np.divide(self.stamps, self.prod[0], out=self.stamps)
         self.prod[0] = 1.0
 
+    def saved(self) -> tuple[np.ndarray, float]:
+        """The state for a checkpoint: the stamps with 1.0 stored as 0.0 (mostly-zero, so the part
+        stores it sparse; no stamp is ever 0), and the running product."""
+        return np.where(self.stamps == 1.0, 0.0, self.stamps), float(self.prod[0])
+
+    def load(self, stamps: np.ndarray, prod: float) -> None:
+        """Continue from a checkpoint's ``saved()`` state."""
+        self.stamps[:] = np.where(stamps == 0.0, 1.0, stamps)
+        self.prod[0] = prod
+
     def pending(self) -> bool:
         """Whether some feature still owes decay."""
         return bool((self.stamps != self.prod[0]).any())
 
     def flush(self, w: np.ndarray) -> np.ndarray:
-        """Apply every pending decay to w; the (sorted) keys whose values changed."""
+        """Apply every pending decay to w and restart the product and stamps at 1; the (sorted)
+        keys whose values changed."""
         keys = np.empty(self.stamps.size * self.units, dtype=np.int64)
-        return keys[:_flush(w, self.stamps, self.prod[0], self.units, keys)]
+        n = _flush(w, self.stamps, self.prod[0], self.units, keys)
+        self.stamps.fill(1.0)
+        self.prod[0] = 1.0
+        return keys[:n]
 
 
 def lazy_decay(data, l2: float) -> LazyDecay | None:
@@ -140,3 +160,12 @@ def lazy_decay(data, l2: float) -> LazyDecay | None:
     if model.head(d, data.n_classes) != d * units:
         return None
     return LazyDecay(data, units, np.ones(d), np.ones(1))
+
+
+def owed_decay(w: np.ndarray, saved_stamps: np.ndarray, prod: float) -> np.ndarray:
+    """What flushing a checkpointed lazy state (``LazyDecay.saved``) would add to the worker's w."""
+    stamps = np.where(saved_stamps == 0.0, 1.0, saved_stamps)
+    head = stamps.size * linear_units(w.size, stamps.size)
+    out = np.zeros_like(w)
+    out[:head] = w[:head] * np.repeat(prod / stamps, head // stamps.size) - w[:head]
+    return out
