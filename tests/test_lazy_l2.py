@@ -207,6 +207,29 @@ def test_a_checkpoint_part_holds_the_lazy_state_and_a_restored_worker_continues_
     assert_close(resumed.local, w.local)
 
 
+def test_a_reshaped_restart_folds_in_the_decay_each_lazy_worker_owed(tmp_path):
+    from mpikanel import checkpoint as ck
+
+    X, y, rng = csr_problem(2, d=2000)
+    data = bind(get_model("logistic"), X, y, 2)
+    params = rng.standard_normal(X.shape[1] + 1) * 0.1
+    plan = wc.StepPlan(1, 16, 0.5, 1e-2, 2)
+    w = lazy_worker(data, params, plan, rng)
+    eager, scratch = params.copy(), data.scratch()
+    for _ in range(10):
+        idx = w.cursor.next()
+        data.step(eager, idx, plan.lr, plan.l2, scratch)
+        w.lazy.step(w.local, idx, plan.lr, plan.l2, scratch)
+    part = w.capture(finished=False)
+    part["state"]["schedule"]["unsent_samples"] = 0
+    old = ck.Checkpoint(params=params, initial=params.copy(), config={"budget": "shared"}, ranks=2, sync="bsp",
+                        model="logistic", server={"version": 10, "policy": {}, "budget": {"counted": 160}},
+                        server_arrays={}, workers=[part], seq=1)
+    saved = ck.load(ck.save(tmp_path, old))        # the stamps go through the part (stored sparse)
+    assert np.array_equal(saved.workers[0]["lazy_stamps"], part["lazy_stamps"])
+    assert_close(ck.reshape(saved, 3).params, eager)
+
+
 def test_the_last_push_flushes_and_the_tracker_carries_the_flushed_keys():
     X, y, rng = csr_problem(3)
     data = bind(get_model("svm"), X, y, 3)
