@@ -177,17 +177,25 @@ def lazy_worker(data, params: np.ndarray, plan, rng) -> "wc._Worker":
     return w
 
 
+def steps(w: "wc._Worker", data, plan, eager: np.ndarray | None = None, n: int = 10) -> None:
+    """n lazy steps of the worker (its keys tracked), and the same steps eagerly on `eager`."""
+    scratch = data.scratch()
+    for _ in range(n):
+        idx = w.cursor.next()
+        if eager is not None:
+            data.step(eager, idx, plan.lr, plan.l2, scratch)
+        w.lazy.step(w.local, idx, plan.lr, plan.l2, scratch)
+        w.tracker.add_rows(idx)
+
+
 def test_a_checkpoint_part_holds_the_lazy_state_and_a_restored_worker_continues_alike():
     X, y, rng = csr_problem(4)
     data = bind(get_model("softmax"), X, y, 4)
     params = rng.standard_normal(data.model.n_params(X.shape[1], 4)) * 0.1
     plan = wc.StepPlan(1, 16, 0.5, 1e-2, 4)
     w = lazy_worker(data, params, plan, np.random.default_rng(1))
-    eager, scratch = params.copy(), data.scratch()
-    for _ in range(10):
-        idx = w.cursor.next()
-        data.step(eager, idx, plan.lr, plan.l2, scratch)
-        w.lazy.step(w.local, idx, plan.lr, plan.l2, scratch)
+    eager = params.copy()
+    steps(w, data, plan, eager)
     before = w.local.copy()
     part = w.capture(finished=False)
     # the checkpoint changes nothing in the run: no flush, the stamps travel with the part
@@ -201,8 +209,7 @@ def test_a_checkpoint_part_holds_the_lazy_state_and_a_restored_worker_continues_
     resumed.restore(part)
     assert np.array_equal(resumed.lazy.stamps, w.lazy.stamps) and resumed.lazy.prod[0] == w.lazy.prod[0]
     for worker in (w, resumed):
-        for _ in range(5):
-            worker.lazy.step(worker.local, worker.cursor.next(), plan.lr, plan.l2, scratch)
+        steps(worker, data, plan, n=5)
         worker.flush_decay()
     assert_close(resumed.local, w.local)
 
@@ -215,11 +222,8 @@ def test_a_reshaped_restart_folds_in_the_decay_each_lazy_worker_owed(tmp_path):
     params = rng.standard_normal(X.shape[1] + 1) * 0.1
     plan = wc.StepPlan(1, 16, 0.5, 1e-2, 2)
     w = lazy_worker(data, params, plan, rng)
-    eager, scratch = params.copy(), data.scratch()
-    for _ in range(10):
-        idx = w.cursor.next()
-        data.step(eager, idx, plan.lr, plan.l2, scratch)
-        w.lazy.step(w.local, idx, plan.lr, plan.l2, scratch)
+    eager = params.copy()
+    steps(w, data, plan, eager)
     part = w.capture(finished=False)
     part["state"]["schedule"]["unsent_samples"] = 0
     old = ck.Checkpoint(params=params, initial=params.copy(), config={"budget": "shared"}, ranks=2, sync="bsp",
@@ -236,10 +240,7 @@ def test_the_last_push_flushes_and_the_tracker_carries_the_flushed_keys():
     params = rng.standard_normal(data.model.n_params(X.shape[1], 3)) * 0.1
     plan = wc.StepPlan(1, 16, 0.5, 1e-2, 3)
     w = lazy_worker(data, params, plan, rng)
-    for _ in range(10):
-        idx = w.cursor.next()
-        w.lazy.step(w.local, idx, plan.lr, plan.l2, data.scratch())
-        w.tracker.add_rows(idx)
+    steps(w, data, plan)
     w.tracker.take()                      # as a push would
     w.at_send[:] = w.local
     before = w.local.copy()
@@ -301,7 +302,8 @@ def test_mpi_bsp_with_lazy_l2_is_bitwise_across_runs_servers_frames_checkpoints_
         assert proc.returncode == 0, proc.stderr
         assert runs[tag]["delta_sum_rel_error"] < 1e-9
     assert runs["resumed"]["resumed_from"] == str(paths[0])
-    assert {tag: s["params_sha256"] for tag, s in runs.items()} == {tag: runs["sparse"]["params_sha256"] for tag in runs}
+    first = runs["sparse"]["params_sha256"]
+    assert {tag: s["params_sha256"] for tag, s in runs.items()} == {tag: first for tag in runs}
     assert runs["sparse"]["config"]["l2"] == 1e-4
     # each worker's last push carries its flush (every weight it touched): short runs pay most for it
     assert runs["sparse"]["bytes_per_push"] < runs["dense"]["bytes_per_push"] / 20

@@ -27,7 +27,8 @@ def reshape(ckpt: Checkpoint, ranks: int) -> Checkpoint:
     """The checkpoint as a start for `ranks` ranks (a different worker count; shared budget only).
 
     Nothing done is lost: every worker's unsent local work (and the L2 decay a lazy worker still
-    owed) is added to the parameters (as the server would have added it), and the samples it holds count against the budget. The new
+    owed) is added to the parameters (as the server would have added it), and the samples it
+    holds count against the budget. The new
     workers start from those parameters with equal clocks and fresh sync state (the PSP
     predictor relearns within a few rounds); the rows are dealt into the new number of shards as
     in a fresh run, and each worker starts a new pass over its shard in an order drawn from

@@ -66,7 +66,8 @@ def table(rows: list[dict]) -> dict:
                                      "time_dense_over_sparse": de["wall_s"] / sp["wall_s"],
                                      "loss_rel_diff": abs(sp["test_loss"] - de["test_loss"]) / de["test_loss"]}
     eager = [r for r in rows if r["code"] == "eager"]
-    same = [(r, e) for e in eager for r in rows if r["code"] == "lazy" and (r["push"], r["seed"]) == (e["push"], e["seed"])]
+    same = [(r, e) for e in eager for r in rows
+            if r["code"] == "lazy" and (r["push"], r["seed"]) == (e["push"], e["seed"])]
     if same:
         out["lazy_vs_eager_loss_rel_diff"] = max(abs(r["test_loss"] - e["test_loss"]) / e["test_loss"] for r, e in same)
     return out
@@ -76,8 +77,8 @@ def markdown(report: dict) -> str:
     """The results table."""
     lines = ["# Sparse against dense push frames at the default L2 (1e-4)", "",
              "4 workers + 1 server, BSP, logistic on `synthetic-sparse` (200k features, 50 power-law draws a "
-             "row, duplicates dropped, 40k rows, 3 epochs of the shared budget, lr 0.25); medians over the seeds run (eager: seed 0 "
-             "only, the code before lazy decay). Goals: sparse frames >= 20x fewer bytes and >= 1.7x faster than "
+             "row, duplicates dropped, 40k rows, 3 epochs of the shared budget, lr 0.25); medians over the seeds "
+             "run (eager: seed 0 only, the code before lazy decay). Goals: sparse frames >= 20x fewer bytes and >= 1.7x faster than "
              "dense, final loss within 0.5%.", "",
              f"`{report['command']}`", "",
              f"commit {report['commit']}, {report['nproc']} cores, load average before/after: "
@@ -129,7 +130,8 @@ def main() -> None:
                 rows.append(train(push, args.seeds[0], work, src))
                 print(json.dumps(rows[-1]), flush=True)
     commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
-    dirty = subprocess.run(["git", "status", "--porcelain", "mpikanel"], cwd=ROOT, capture_output=True, text=True).stdout
+    dirty = subprocess.run(["git", "status", "--porcelain", "mpikanel"], cwd=ROOT, capture_output=True,
+                           text=True).stdout
     report = {"command": "python docs/results/lazy-l2/bench_lazy_l2.py " + " ".join(sys.argv[1:]),
               "train_args": ["mpiexec", "-n", str(RANKS), "python", "-m", "mpikanel.train", *PROBLEM, "--push", "P",
                              "--seed", "S"],
