@@ -78,8 +78,8 @@ def markdown(report: dict) -> str:
     lines = ["# Sparse against dense push frames at the default L2 (1e-4)", "",
              "4 workers + 1 server, BSP, logistic on `synthetic-sparse` (200k features, 50 power-law draws a "
              "row, duplicates dropped, 40k rows, 3 epochs of the shared budget, lr 0.25); medians over the seeds "
-             "run (eager: seed 0 only, the code before lazy decay). Goals: sparse frames >= 20x fewer bytes and >= 1.7x faster than "
-             "dense, final loss within 0.5%.", "",
+             "run (eager: seed 0 only, the code before lazy decay). Goals: sparse frames >= 20x fewer bytes "
+             "and >= 1.7x faster than dense, final loss within 0.5%.", "",
              f"`{report['command']}`", "",
              f"commit {report['commit']}, {report['nproc']} cores, load average before/after: "
              f"{report['uptime_before']} / {report['uptime_after']}", "",
