@@ -104,9 +104,11 @@ def n_weights(n_features: int, n_classes: int) -> int:
     return n_features
 
 
+# csr_keys: a linear layout whose CSR gradient touches only the rows' features and the bias, so on
+# libsvm data workers push only the keys their steps change and apply L2 lazily (docs/kernels.md)
 register_model("sqhinge", sqhinge_grad, sqhinge_loss, n_params, n_weights=n_weights,
                grad_csr=sqhinge_grad_csr, loss_sum_csr=sqhinge_loss_csr, min_classes=2, max_classes=2,
-               replace=True)
+               csr_keys=True, replace=True)
 
 
 def main() -> int:

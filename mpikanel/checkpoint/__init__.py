@@ -6,7 +6,8 @@ Layout of ``ckpt-NNNNNN/`` (NNNNNN: the checkpoint's sequence number):
                      book: attrs server (JSON: version, counters, policy and budget state) and
                      group /book (per-worker clocks and counters)
   worker-WWWWW.h5    worker W's resumable state: attrs state (JSON: cursor, RNG, schedule,
-                     counters), datasets unsent (local work not yet pushed), produced, order
+                     counters), datasets unsent (local work not yet pushed), produced, order,
+                     and on CSR rows with L2 lazy_stamps (kernels.lazy; the product in state)
   manifest.json      written last by rank 0: format, schema, run shape (ranks, servers, key
                      ranges, sync, model, n_params), config, progress, and every part's name,
                      size and sha256

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -45,6 +46,13 @@ def _manifest(d: Path) -> dict:
 
 
 WORKER_ARRAYS = ("unsent", "produced", "order")
+#: worker arrays only some parts hold: a lazy-L2 worker's stamps (kernels.lazy)
+OPTIONAL_WORKER_ARRAYS = ("lazy_stamps",)
+
+
+def _worker_arrays(f: Any) -> dict[str, np.ndarray]:
+    """A worker part's arrays."""
+    return {k: get_array(f[k]) for k in (*WORKER_ARRAYS, *OPTIONAL_WORKER_ARRAYS) if k in f or k in WORKER_ARRAYS}
 
 
 def load(path: str | Path, worker_arrays: bool = True) -> Checkpoint:
@@ -82,7 +90,7 @@ def load(path: str | Path, worker_arrays: bool = True) -> Checkpoint:
                         server = json.loads(f.attrs["server"])
                         book = {k: v[()] for k, v in f["book"].items()}
                 else:
-                    arrays = {k: get_array(f[k]) for k in WORKER_ARRAYS} if worker_arrays else \
+                    arrays = _worker_arrays(f) if worker_arrays else \
                         {"part": str(d / entry["file"])}
                     workers[int(entry["index"])] = {"state": json.loads(f.attrs["state"]), **arrays}
         covered = sorted(tuple(r) for r in man["key_ranges"])
@@ -110,7 +118,7 @@ def worker_state(saved: dict) -> dict:
         return saved
     try:
         with h5py.File(saved["part"], "r", locking=False) as f:
-            return {"state": saved["state"], **{k: get_array(f[k]) for k in WORKER_ARRAYS}}
+            return {"state": saved["state"], **_worker_arrays(f)}
     except (OSError, KeyError) as exc:
         raise InputError(f"{saved['part']}: corrupted or truncated checkpoint part ({exc})") from None
 

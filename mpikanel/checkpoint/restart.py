@@ -26,17 +26,23 @@ def check_compatible(ckpt: Checkpoint, ranks: int, sync: str, model: str, n_para
 def reshape(ckpt: Checkpoint, ranks: int) -> Checkpoint:
     """The checkpoint as a start for `ranks` ranks (a different worker count; shared budget only).
 
-    Nothing done is lost: every worker's unsent local work is added to the parameters (as the
-    server would have added it), and the samples it holds count against the budget. The new
+    Nothing done is lost: every worker's unsent local work (and the L2 decay a lazy worker still
+    owed) is added to the parameters (as the server would have added it), and the samples it
+    holds count against the budget. The new
     workers start from those parameters with equal clocks and fresh sync state (the PSP
     predictor relearns within a few rounds); the rows are dealt into the new number of shards as
     in a fresh run, and each worker starts a new pass over its shard in an order drawn from
     (seed, rank, the checkpoint's seq). Delta accounting restarts at the cut: `initial` becomes
     the folded parameters, so the resumed run checks that no delta of its own was lost.
     """
+    from ..kernels.lazy import owed_decay     # numba: only when reshaping
+
     unsent = np.zeros_like(ckpt.params)
     for w in ckpt.workers:          # one worker's arrays at a time (read from its part if not loaded)
-        unsent += np.asarray(worker_state(w)["unsent"], dtype=np.float64)
+        saved = worker_state(w)
+        unsent += np.asarray(saved["unsent"], dtype=np.float64)
+        if "lazy_stamps" in saved:  # the decay a lazy-L2 worker still owed goes in too
+            unsent += owed_decay(ckpt.params + saved["unsent"], saved["lazy_stamps"], saved["state"]["lazy_prod"])
     unsent_samples = sum(int(w["state"]["schedule"].get("unsent_samples", 0)) for w in ckpt.workers)
     params = ckpt.params + unsent
     budget = dict(ckpt.server["budget"], counted=int(ckpt.server["budget"]["counted"]) + unsent_samples, lease=None)

@@ -85,7 +85,7 @@ def write_server_part(directory: str | Path, seq: int, k: int, keys: slice, para
 
 def write_worker_part(directory: str | Path, seq: int, w: int, saved: dict, pause_s: float = 0.0) -> dict:
     """Worker w's part: its resumable state (``WorkerCore.capture``)."""
-    arrays = {key: np.asarray(saved[key]) for key in ("unsent", "produced", "order")}
+    arrays = {key: np.asarray(saved[key]) for key in ("unsent", "produced", "order", "lazy_stamps") if key in saved}
     return write_part(directory, seq, "worker", w, {"state": json.dumps(saved["state"])}, arrays, pause_s=pause_s)
 
 

@@ -8,7 +8,8 @@ from ..kernels import BoundModel
 
 class KeyTracker:
     """Marks the keys each step on CSR rows changes (the kernel's ``mark_keys``); ``take`` hands
-    them over sorted at a push and starts afresh. Valid only without L2 (which changes every key)."""
+    them over sorted at a push and starts afresh. Valid without L2 or with lazy L2 (eager L2
+    changes every key at every step)."""
 
     def __init__(self, data: BoundModel, n_params: int) -> None:
         self.data = data
@@ -17,16 +18,17 @@ class KeyTracker:
         self.n = 0
 
     @staticmethod
-    def usable(data: BoundModel, l2: float, push_mode: str) -> bool:
-        """Whether a worker can track its keys: sparse frames, CSR rows of a csr_keys model, no L2."""
-        return push_mode != "dense" and l2 == 0.0 and data.tracks_keys
+    def usable(data: BoundModel, l2: float, push_mode: str, lazy: bool = False) -> bool:
+        """Whether a worker can track its keys: sparse frames, CSR rows of a csr_keys model, and no
+        L2 or lazy L2."""
+        return push_mode != "dense" and (l2 == 0.0 or lazy) and data.tracks_keys
 
     def add_rows(self, idx: np.ndarray) -> None:
         """A step on rows idx ran."""
         self.n = self.data.mark_keys(idx, self.mark, self.keys, self.n)
 
     def add_keys(self, keys: np.ndarray) -> None:
-        """These keys changed too (a resumed worker's unsent work)."""
+        """These keys changed too (a resumed worker's unsent work, a lazy decay flush)."""
         new = keys[~self.mark[keys]]
         self.mark[new] = True
         self.keys[self.n:self.n + new.size] = new

@@ -32,7 +32,7 @@ from .budget import UNLIMITED
 from .messages import PAYLOAD_OFFSET, Answer, Flag
 from ..errors import TrainingError
 from ..hetero import Injector
-from ..kernels import BoundModel
+from ..kernels import BoundModel, LazyDecay, lazy_decay
 from ..lr_schedule import scheduled_rate
 from ..sync.schedule import Action, Schedule, WorkerState
 from .key_tracker import KeyTracker
@@ -292,6 +292,17 @@ class _Worker:
         # with a KeyTracker, pushes read only the keys steps changed; at_send then equals local
         # wherever no step changed a key since the last push (push and merge keep it so)
         self.tracker: KeyTracker | None = None
+        # CSR rows with L2: steps decay only the features they touch (kernels.lazy), flushed
+        # before the last push; a checkpoint part holds the stamps
+        self.lazy: LazyDecay | None = None
+
+    def flush_decay(self) -> None:
+        """Apply every pending lazy decay to local (its changed keys become unsent work)."""
+        if self.lazy is None:
+            return
+        keys = self.lazy.flush(self.local)
+        if self.tracker is not None:
+            self.tracker.add_keys(keys)
 
     def track(self, tracker: KeyTracker) -> None:
         """Push only the keys the tracker saw change (and any unsent work already in local)."""
@@ -326,6 +337,8 @@ class _Worker:
     def push(self, last: bool, background: bool = False) -> None:
         """Start an exchange carrying every unsent step (local - base); ``background``: keep
         training while it is in flight."""
+        if last:
+            self.flush_decay()
         nbytes = self._frame_delta()
         st = self.st
         # seconds per full minibatch: the budget's last partial batches must not look like a speed-up
@@ -346,15 +359,19 @@ class _Worker:
         """Resumable state for a checkpoint part, valid until the worker trains on (the part is
         written at once): the arrays are its own (``produced``, ``order``) or new (``unsent``),
         with no copy of the model-sized ones, which at 10M parameters cost the cut more CPU than
-        writing the part."""
+        writing the part. With lazy decay the part holds its stamps and product (no flush: the
+        checkpoint changes nothing in the run)."""
         st = asdict(self.st)
         st["pending"] = st["probing"] = False
         stats = {f.name: getattr(self.stats, f.name) for f in fields(self.stats) if f.name != "produced"}
-        return {"state": {"rank": self.rank, "finished": finished, "cursor": self.cursor.state(),
+        part = {"state": {"rank": self.rank, "finished": finished, "cursor": self.cursor.state(),
                           "schedule": st, "base_version": self.base_version, "stats": stats,
                           "injector_step": self.injector.step, "allowance": self.allowance,
                           "budget_finished": self.finished, "counted": self.counted},
                 "unsent": self.local - self.base, "produced": self.stats.produced, "order": self.cursor.order}
+        if self.lazy is not None:
+            part["lazy_stamps"], part["state"]["lazy_prod"] = self.lazy.saved()
+        return part
 
     def restore(self, saved: dict) -> None:
         """Continue from a checkpointed state: local = global + the unsent work."""
@@ -372,6 +389,8 @@ class _Worker:
         for key, value in state["stats"].items():
             setattr(self.stats, key, value)
         self.stats.produced = np.array(saved["produced"], dtype=np.float64)
+        if self.lazy is not None and "lazy_stamps" in saved:
+            self.lazy.load(saved["lazy_stamps"], float(state["lazy_prod"]))
 
     def merge(self, reply) -> None:
         """Take the server's parameters, keeping steps made since the push."""
@@ -498,11 +517,12 @@ def worker_core(client: Exchanger, data: BoundModel, params: np.ndarray, plan: S
     w.allowance = plan.lease if plan.lease is not None else UNLIMITED
     schedule.setup(w.st, rank, injector.spec.seed)
     stats.max_skip = w.st.max_skip
+    w.lazy = lazy_decay(data, plan.l2)
     if resume is not None:
         w.restore(resume)
         if resume["state"]["finished"]:
             return w.local, stats
-    if KeyTracker.usable(data, plan.l2, getattr(client, "push_mode", "dense")):
+    if KeyTracker.usable(data, plan.l2, getattr(client, "push_mode", "dense"), lazy=w.lazy is not None):
         w.track(KeyTracker(data, params.size))
     st = w.st
     while not (w.stopped or w.finished or cursor.done):
@@ -566,7 +586,7 @@ def _step(w: _Worker, data: BoundModel, plan: StepPlan, idx: np.ndarray,
     w.step = w.cursor.step
     t0, c0 = time.perf_counter(), time.thread_time()
     rate = plan.rate_for(idx.size) if plan.constant else plan.rate_for(idx.size, w.progress(plan, idx.size))
-    data.step(w.local, idx, rate, plan.l2, scratch)
+    (w.lazy or data).step(w.local, idx, rate, plan.l2, scratch)
     if w.tracker is not None:
         w.tracker.add_rows(idx)
     compute, slow, *share = yield Compute(time.perf_counter() - t0, time.thread_time() - c0, int(idx.size))

@@ -16,10 +16,11 @@ import numpy as np
 from ..errors import InputError
 from . import logistic, lsq, mlp, softmax, svm
 from .base import CSR, BoundModel, Model, bind, l2_penalty
+from .lazy import LazyDecay, lazy_decay
 from .custom import make_model
 
-__all__ = ["CSR", "KERNELS", "BUILTIN", "BoundModel", "Model", "bind", "get_model", "l2_penalty",
-           "register_model", "set_threads", "unregister_model", "warmup"]
+__all__ = ["CSR", "KERNELS", "BUILTIN", "BoundModel", "LazyDecay", "Model", "bind", "get_model", "l2_penalty",
+           "lazy_decay", "register_model", "set_threads", "unregister_model", "warmup"]
 
 BUILTIN: tuple[str, ...] = ("logistic", "softmax", "svm", "lsq", "mlp")
 KERNELS: dict[str, Model] = {m.name: m for m in (logistic.MODEL, softmax.MODEL, svm.MODEL, lsq.MODEL, mlp.MODEL)}
@@ -42,7 +43,8 @@ def register_model(name: str, grad: Callable, loss_sum: Callable, n_params: Call
 
     grad(w, X, y, idx, n_classes, out) adds the mean minibatch gradient into out; loss_sum(w, X, y,
     n_classes) -> float sums the per-row loss; n_params(n_features, n_classes) -> int. Optional:
-    predict, n_weights, grad_csr, loss_sum_csr, predict_csr, init, min_classes, max_classes.
+    predict, n_weights, grad_csr, loss_sum_csr, predict_csr, init, min_classes, max_classes, csr_keys
+    (a linear layout whose CSR gradient touches only the rows' features: sparse pushes, lazy L2).
     """
     if not isinstance(name, str) or not name.isidentifier():
         raise ValueError(f"model name must be an identifier, got {name!r}")
@@ -80,6 +82,10 @@ def warmup(model: Model, dense: bool = True, sparse: bool = True) -> None:
     if sparse and model.supports_csr:
         bound = bind(model, CSR.from_dense(X), y, n_classes)
         bound.step(w, idx, 0.0, 1e-4, bound.scratch())
+        lazy = lazy_decay(bound, 1e-4)
+        if lazy is not None:
+            lazy.step(w, idx, 0.0, 1e-4, bound.scratch())
+            lazy.flush(w)
         bound.loss_sum(w)
         bound.correct(w)
 

@@ -8,9 +8,10 @@ kinds:  SOFTMAX  cross-entropy of softmax(z)                      (U = C)
         SQUARED  one-vs-rest least squares, 0.5 sum_c (z_c - [c == y])^2                     (U = C)
         LOGISTIC binary log(1 + exp(-s z)), s = 2y - 1                                       (U = 1)
 
-CSR steps touch only the features present in the minibatch, except the L2 decay, which
-(for l2 > 0) scales every weight: O(U*d) per step, like the dense delta the worker pushes today
-(a lazily applied scale factor would remove it once workers push sparse deltas).
+CSR steps touch only the features present in the minibatch, except the eager L2 decay, which
+(for l2 > 0) scales every weight: O(U*d) per step.  ``csr_step_lazy`` (what workers run on CSR
+rows with l2 > 0, see lazy.py) decays only the features it updates, catching each up on the
+decay it missed, so the step and the worker's delta stay as sparse as the rows.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from numba import njit
 
 from ._blocks import block_rows, exp_fast, gather_rows, gemm, scratch_rows
 from ._intrinsics import PREFETCH_ROWS, prefetch_row, prefetch_span
+from .lazy import catch_up
 
 SOFTMAX, HINGE, SQUARED, LOGISTIC = 0, 1, 2, 3
 
@@ -302,6 +304,19 @@ def csr_step(w, indptr, indices, data, d, y, idx, lr, l2, C, scratch, kind):
     rows are subtracted from w directly -- two random accesses per stored entry and unit, no
     gradient buffer to clear.
     """
+    _csr_step(w, indptr, indices, data, d, y, idx, lr, l2, C, scratch, kind, w[:0], w[:0], False)
+
+
+@njit(cache=True, fastmath=True, nogil=True)
+def csr_step_lazy(w, indptr, indices, data, d, y, idx, lr, l2, C, scratch, kind, stamps, prod):
+    """csr_step with lazy L2 (mpikanel.kernels.lazy): only the features of rows with a nonzero
+    residual decay now, each caught up first on the decay it missed since its stamp."""
+    _csr_step(w, indptr, indices, data, d, y, idx, lr, l2, C, scratch, kind, stamps, prod, True)
+
+
+@njit(cache=True, fastmath=True, nogil=True, inline="always")
+def _csr_step(w, indptr, indices, data, d, y, idx, lr, l2, C, scratch, kind, stamps, prod, lazy):
+    """The CSR step, eager or lazy (stamps and prod as in LazyDecay; unused when not lazy)."""
     U = _units(kind, C)
     ud = U * d
     nb = idx.shape[0]
@@ -332,16 +347,22 @@ def csr_step(w, indptr, indices, data, d, y, idx, lr, l2, C, scratch, kind):
         i = idx[k]
         yi = y[i]
         _check_label(kind, yi, C)
+        if lazy:
+            for p in range(indptr[i], indptr[i + 1]):
+                catch_up(w, stamps, indices[p], prod[0], U)
         _csr_logits(w, indptr, indices, data, i, U, d, z)
         _residual(kind, z, U, yi)
         for u in range(U):
             r[k * U + u] = z[u]
             gb[u] += z[u]
     inv = 1.0 / nb
-    if l2 != 0.0:
+    if lazy:
+        prod[0] *= 1.0 - lr * l2
+    elif l2 != 0.0:
         decay = lr * l2
         for j in range(ud):
             w[j] -= decay * w[j]
+    P = prod[0] if lazy else 1.0
     step = lr * inv
     for k in range(nb):
         i = idx[k]
@@ -354,6 +375,8 @@ def csr_step(w, indptr, indices, data, d, y, idx, lr, l2, C, scratch, kind):
         if nonzero:
             for p in range(indptr[i], indptr[i + 1]):
                 v = data[p]
+                if lazy:
+                    catch_up(w, stamps, indices[p], P, U)
                 off = indices[p] * U
                 for u in range(U):
                     w[off + u] -= r[base + u] * v
@@ -431,6 +454,9 @@ def linear_model(name: str, kind: int, description: str):
     def sgd_step_csr(w, indptr, indices, data, d, y, idx, lr, l2, n_classes, scratch):
         csr_step(w, indptr, indices, data, d, y, idx, lr, l2, n_classes, scratch, kind)
 
+    def sgd_step_csr_lazy(w, indptr, indices, data, d, y, idx, lr, l2, n_classes, scratch, stamps, prod):
+        csr_step_lazy(w, indptr, indices, data, d, y, idx, lr, l2, n_classes, scratch, kind, stamps, prod)
+
     def loss_sum_csr(w, indptr, indices, data, d, y, n_classes):
         return csr_loss(w, indptr, indices, data, d, y, n_classes, kind)
 
@@ -440,7 +466,7 @@ def linear_model(name: str, kind: int, description: str):
     return Model(name=name, min_classes=2, max_classes=None, n_params=multi_n_params,
                  scratch_size=multi_scratch_size, sgd_step=sgd_step, loss_sum=loss_sum, predict=predict,
                  sgd_step_csr=sgd_step_csr, loss_sum_csr=loss_sum_csr, predict_csr=predict_csr,
-                 description=description, csr_keys=True)
+                 sgd_step_csr_lazy=sgd_step_csr_lazy, description=description, csr_keys=True)
 
 
 @njit(cache=True, nogil=True)

@@ -13,14 +13,17 @@ Kernel conventions (one compiled numba signature serves every call):
 
 Dense kernels:  sgd_step(w, X, y, idx, lr, l2, C, scratch), loss_sum(w, X, y, C), predict(w, X, C)
 CSR kernels:    sgd_step_csr(w, indptr, indices, data, d, y, idx, lr, l2, C, scratch),
+                sgd_step_csr_lazy(w, indptr, indices, data, d, y, idx, lr, l2, C, scratch, stamps, prod)
+                (optional: lazy L2, see lazy.py),
                 loss_sum_csr(w, indptr, indices, data, d, y, C), predict_csr(w, indptr, indices, data, d, C)
 where d is the number of features (columns).
 
 Every model lays parameters out as "all L2-regularised weights first, then the biases";
 ``Model.n_weights(d, C)`` is the length of the regularised head.
 
-Workers push deltas of the whole vector for now; sparse push/pull would hook in at the worker
-loop's push (the CSR minibatch's columns say which weight rows changed, plus the biases).
+On CSR rows of a ``csr_keys`` model a worker tracks the keys its steps change (the minibatch's
+columns' weight rows plus the biases) and pushes only those; with l2 > 0 that needs lazy decay
+(``sgd_step_csr_lazy``, lazy.py), since an eager step changes every weight.
 """
 
 from __future__ import annotations
@@ -117,6 +120,8 @@ class Model:
     sgd_step_csr: Callable | None = None  # sgd_step_csr(w, indptr, indices, data, d, y, idx, lr, l2, C, scratch)
     loss_sum_csr: Callable | None = None  # loss_sum_csr(w, indptr, indices, data, d, y, C) -> float
     predict_csr: Callable | None = None  # predict_csr(w, indptr, indices, data, d, C) -> int32 array
+    # sgd_step_csr's update with lazy L2 (kernels/lazy.py): (..., scratch, stamps, prod); None: eager decay
+    sgd_step_csr_lazy: Callable | None = None
     init: Callable[[int, int, int, np.random.Generator], np.ndarray] = _zeros_init
     configure: Callable[..., "Model"] = field(default=_no_hyper, repr=False)
     # the CSR step without L2 changes only the keys of its rows' columns (col * U + u, linear layout)

@@ -17,6 +17,12 @@ Signatures the user supplies (compile them with ``@numba.njit``; arguments as in
 The library's step is  w[:k] -= lr * (out[:k] + l2 * w[:k]);  w[k:] -= lr * out[k:]  with
 k = n_weights(d, C) (default: all parameters regularised).
 
+``csr_keys=True`` promises a linear layout (W^T as (d, U) at w[:d*U], U biases after, n_weights =
+d*U) and a grad_csr that is zero outside the weight rows of the minibatch rows' columns and the
+biases. Workers then push only the keys their steps change and apply L2 lazily (lazy.py: only the
+features a step updates decay, each caught up on the decay it missed). Without it the CSR step
+decays every weight eagerly, and every push carries every nonzero weight.
+
 numba's on-disk cache keys a function on its source file, not on the module name it was loaded
 under, and a cached function records that name; the same user file run as ``__main__``, loaded
 with runpy, or imported as a module would then load a cache entry naming a module the process
@@ -36,6 +42,7 @@ from numba.core.dispatcher import Dispatcher
 from ..layout import linear_units
 from . import _linear
 from .base import Model, _zeros_init
+from .lazy import apply_rows, catch_up_rows
 
 
 @njit(cache=True, fastmath=True, nogil=True)
@@ -91,6 +98,26 @@ class _CsrStep(_Sized):
         _apply(w, g, lr, l2, self.head(d, n_classes))
 
 
+class _CsrLazyStep(_Sized):
+    """sgd_step_csr_lazy(..., scratch, stamps, prod) from a user grad_csr whose gradient is zero outside
+    the features of the minibatch's rows and the biases (csr_keys): only those features decay."""
+
+    def __init__(self, grad: Callable, n_params: Callable, n_weights: Callable | None) -> None:
+        super().__init__(n_params, n_weights)
+        self.grad = grad
+
+    def __call__(self, w, indptr, indices, data, d, y, idx, lr, l2, n_classes, scratch, stamps, prod) -> None:
+        if idx.shape[0] == 0:
+            return
+        head = self.head(d, n_classes)
+        units = head // d
+        catch_up_rows(w, indptr, indices, idx, stamps, prod[0], units)
+        g = scratch[: w.shape[0]]
+        g[:] = 0.0
+        self.grad(w, indptr, indices, data, d, y, idx, n_classes, g)
+        apply_rows(w, g, indptr, indices, idx, lr, l2, stamps, prod, units, head)
+
+
 def uncached(f: Callable | None) -> Callable | None:
     """A copy of a numba dispatcher compiled from its Python source without on-disk caching (other callables as is)."""
     if not isinstance(f, Dispatcher):
@@ -126,7 +153,8 @@ def make_model(name: str, grad: Callable, loss_sum: Callable, n_params: Callable
                predict: Callable | None = None, n_weights: Callable[[int, int], int] | None = None,
                grad_csr: Callable | None = None, loss_sum_csr: Callable | None = None,
                predict_csr: Callable | None = None, init: Callable | None = None,
-               min_classes: int = 2, max_classes: int | None = None, description: str = "") -> Model:
+               min_classes: int = 2, max_classes: int | None = None, description: str = "",
+               csr_keys: bool = False) -> Model:
     """Build a Model from user kernels (see the module docstring for the signatures)."""
     for what, f in (("grad", grad), ("loss_sum", loss_sum), ("n_params", n_params)):
         if not callable(f):
@@ -147,6 +175,8 @@ def make_model(name: str, grad: Callable, loss_sum: Callable, n_params: Callable
         predict=predict or default_predict,
         n_weights=n_weights or n_params,
         sgd_step_csr=_CsrStep(grad_csr, n_params, n_weights) if csr else None,
+        sgd_step_csr_lazy=_CsrLazyStep(grad_csr, n_params, n_weights) if csr and csr_keys else None,
+        csr_keys=csr and csr_keys,
         loss_sum_csr=loss_sum_csr,
         predict_csr=(predict_csr or default_predict_csr) if csr else None,
         init=init or _zeros_init,

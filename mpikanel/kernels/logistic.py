@@ -117,6 +117,12 @@ def sgd_step_csr(w, indptr, indices, data, d, y, idx, lr, l2, n_classes, scratch
     _linear.csr_step(w, indptr, indices, data, d, y, idx, lr, l2, n_classes, scratch, _linear.LOGISTIC)
 
 
+def sgd_step_csr_lazy(w, indptr, indices, data, d, y, idx, lr, l2, n_classes, scratch, stamps, prod):
+    """One minibatch SGD step in place on CSR rows with lazy L2 (mpikanel.kernels.lazy)."""
+    _linear.csr_step_lazy(w, indptr, indices, data, d, y, idx, lr, l2, n_classes, scratch, _linear.LOGISTIC,
+                          stamps, prod)
+
+
 def loss_sum_csr(w, indptr, indices, data, d, y, n_classes):
     """Sum over all CSR rows of the logistic loss (no L2 term)."""
     return _linear.csr_loss(w, indptr, indices, data, d, y, n_classes, _linear.LOGISTIC)
@@ -139,6 +145,7 @@ MODEL = Model(
     sgd_step_csr=sgd_step_csr,
     loss_sum_csr=loss_sum_csr,
     predict_csr=predict_csr,
+    sgd_step_csr_lazy=sgd_step_csr_lazy,
     description="binary logistic regression",
     csr_keys=True,
 )

@@ -19,7 +19,7 @@ from ..engine.worker_core import StepPlan, worker_core
 from ..engine.budget import fair_steps
 from ..errors import InputError
 from ..hetero import Injector
-from ..kernels import bind, get_model, set_threads, warmup
+from ..kernels import bind, get_model, lazy_decay, set_threads, warmup
 from ..metrics import SnapshotRecorder
 from ..publish import publish
 from ..session import Session, describe_checked, hetero_spec, step_plan, sync_for, val_rows
@@ -127,7 +127,8 @@ def _step_times(opts: SimOptions, shard, params: np.ndarray, plan: StepPlan, see
             raise InputError(f"--step-time must be > 0, got {opts.step_time}")
         return np.full(n, opts.step_time)
     scratch, local = shard.scratch(), params.copy()
-    measured = measure_step_s(lambda idx: shard.step(local, idx, plan.lr, plan.l2, scratch),
+    stepper = lazy_decay(shard, plan.l2) or shard          # the step the workers run (lazy L2 on CSR rows)
+    measured = measure_step_s(lambda idx: stepper.step(local, idx, plan.lr, plan.l2, scratch),
                               shard.rows, plan.batch_size, seed=seed)
     return np.full(n, measured)
 
