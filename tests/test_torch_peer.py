@@ -4,22 +4,20 @@ without PyTorch the module and the bench say so and exit 2.
 
 PyTorch is an optional, bench-only extra that CI does not install: without it the tests that
 need it skip with the reason, under CI too (not an error, unlike a missing MPI)."""
-import json
 import subprocess
 import sys
 
 import numpy as np
 import pytest
 
-from launch import clean_env, mpiexec
+from launch import clean_env
 from mpikanel.baselines import torch_ddp
 from mpikanel.bench import sync as bench_sync
 from mpikanel.kernels import bind, get_model
-from mpikanel.metrics import read_metrics
 from mpikanel.session import start_params
 from need import need
 
-from test_baselines import N_ROWS, N_VAL, PACED, PACED_STEPS, TINY
+from test_baselines import N_ROWS, N_VAL, PACED, PACED_STEPS, TINY, _run
 
 RANKS = 3
 
@@ -74,21 +72,9 @@ def test_an_unknown_model_is_refused(torch):
         torch_ddp.make_net("svm", np.zeros(10), 3, 2)
 
 
-def _run(module, args, tmp_path, name, n=RANKS):
-    metrics, summary = tmp_path / f"{name}.h5", tmp_path / f"{name}.json"
-    cmd = [mpiexec(), "-n", str(n), sys.executable, "-m", module, *args, "--metrics", str(metrics),
-           "--summary-json", str(summary), "--quiet"]
-    try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=180, env=clean_env())
-    except subprocess.TimeoutExpired as exc:
-        pytest.fail(f"hang: {' '.join(cmd)} did not finish in 180 s\n{exc.stderr}")
-    assert proc.returncode == 0, proc.stderr
-    return json.loads(summary.read_text()), read_metrics(metrics)
-
-
 def test_three_ddp_ranks_train_on_exactly_the_shared_budget(torch, tmp_path):
     # DDP averages the 3 ranks' gradients: --lr 0.3 takes the allreduce baseline's steps at --lr 0.1
-    s, m = _run("mpikanel.baselines.torch_ddp", [*TINY, "--lr", "0.3", "--slowdown", "1:2"], tmp_path, "ddp")
+    s, m = _run("mpikanel.baselines.torch_ddp", RANKS, [*TINY, "--lr", "0.3", "--slowdown", "1:2"], tmp_path, "ddp")
     assert s["sync"] == "torch-ddp" and m["attrs"]["sync"] == "torch-ddp" and s["workers"] == RANKS
     assert s["framework"]["torch"].startswith("2.13.0") and s["framework"]["backend"] == "gloo"
     assert s["framework"]["torch_threads"] == 1
@@ -111,8 +97,8 @@ def test_the_first_ddp_step_is_the_numba_kernels_summed_step(torch, tmp_path):
     # one step from the same start on the same batches: DDP's mean gradient x 3 x 0.3 is the
     # allreduce baseline's sum of the three ranks' numba steps at 0.3, to rounding
     args = [*TINY, "--max-steps", "1", "--snapshot-interval", "10"]
-    ddp, _ = _run("mpikanel.baselines.torch_ddp", [*args, "--lr", "0.9"], tmp_path, "first-ddp")
-    ref, _ = _run("mpikanel.baselines.allreduce_sgd", [*args, "--lr", "0.3"], tmp_path, "first-ar")
+    ddp, _ = _run("mpikanel.baselines.torch_ddp", RANKS, [*args, "--lr", "0.9"], tmp_path, "first-ddp")
+    ref, _ = _run("mpikanel.baselines.allreduce_sgd", RANKS, [*args, "--lr", "0.3"], tmp_path, "first-ar")
     assert ddp["samples"] == ref["samples"] == RANKS * 64
     assert ddp["params_norm"] > 0.05                                       # it moved from zero
     for key in ("params_norm", "train_loss", "test_loss", "val_loss"):
@@ -121,7 +107,7 @@ def test_the_first_ddp_step_is_the_numba_kernels_summed_step(torch, tmp_path):
 
 def test_a_paced_ddp_run_lasts_its_modeled_steps_and_waits_for_its_straggler(torch, tmp_path):
     step = 0.03
-    s, m = _run("mpikanel.baselines.torch_ddp", [*PACED, "--step-time", str(step), "--slowdown", "1:3"],
+    s, m = _run("mpikanel.baselines.torch_ddp", RANKS, [*PACED, "--step-time", str(step), "--slowdown", "1:3"],
                 tmp_path, "paced")
     assert s["step_time"] == step and s["pacing_held"] is not None and m["summary"]["step_time"] == step
     factors = {1: 3.0}

@@ -34,7 +34,6 @@ per rank, and one inter-op thread.
 """
 from __future__ import annotations
 
-import math
 import os
 import socket
 import sys
@@ -193,19 +192,15 @@ def train(config: TrainConfig, comm: Any) -> dict | None:
     """DDP SGD on every rank; returns the summary on rank 0 (None elsewhere)."""
     import torch
     import torch.distributed as dist
-    from mpi4py import MPI
     from torch.nn.parallel import DistributedDataParallel
 
-    from ..hetero import Injector
     from ..kernels import set_threads
-    from ..metrics import SnapshotRecorder
-    from ..session import hetero_spec, start_params
-    from ..worker_loop import BatchCursor, Pacer, StepPlan
-    from .common import _finish, budget_steps, setup
+    from ..session import start_params
+    from .common import finish_ranks, rank_loop, setup
 
     if config.model not in TORCH_MODELS:
         raise InputError(f"torch-ddp has the models {', '.join(TORCH_MODELS)}, not {config.model!r}")
-    size, rank = comm.Get_size(), comm.Get_rank()
+    rank = comm.Get_rank()
     torch.set_num_threads(config.threads)
     try:
         torch.set_num_interop_threads(1)
@@ -215,9 +210,9 @@ def train(config: TrainConfig, comm: Any) -> dict | None:
     s = setup(config, comm)
     if s.shard.sparse:
         raise InputError("torch-ddp trains on dense data (.npz/.h5 or --data synthetic), not CSR rows")
-    plan = StepPlan(config.epochs, config.batch_size, config.lr, config.l2, s.n_classes, None,
-                    schedule=config.lr_schedule, warmup=config.warmup)
-    n_steps = comm.allreduce(budget_steps(config, s.n_train, size, s.shard.rows), op=MPI.MAX)
+    loop = rank_loop(config, comm, s)
+    plan, n_steps, injector, pacer, cursor, recorder, stats = (loop.plan, loop.n_steps, loop.injector, loop.pacer,
+                                                               loop.cursor, loop.recorder, loop.stats)
     n_features = s.shard.X.shape[1]
     n_params = s.shard.model.n_params(n_features, s.n_classes)
     flat = start_params(s.shard.model, n_params, n_features, s.n_classes, config.seed)
@@ -225,19 +220,12 @@ def train(config: TrainConfig, comm: Any) -> dict | None:
     init_group(comm)
     try:
         ddp = DistributedDataParallel(net)
-        injector = Injector(hetero_spec(config), rank + 1, size, n_steps)
         hook = AllreduceTiming(injector, n_params)
         ddp.register_comm_hook(hook, timed_allreduce)
         optimizer = torch.optim.SGD([{"params": weights, "weight_decay": config.l2},
                                      {"params": biases, "weight_decay": 0.0}], lr=config.lr)
         X, y = torch.from_numpy(s.shard.X), torch.from_numpy(s.shard.y.astype(np.int64))
-        pacer = Pacer(injector, config.batch_size, config.step_time)
-        cursor = BatchCursor(s.shard.rows, StepPlan(n_steps, config.batch_size, config.lr, config.l2, s.n_classes,
-                                                    n_steps), np.random.default_rng([config.seed, rank + 1]))
-        recorder = SnapshotRecorder(config.snapshot_interval) if rank == 0 else None
         reduce_s: list[float] = []
-        stats = {"rank": rank + 1, "mpi_rank": rank, "rows": s.shard.rows, "steps": 0, "pushes": 0, "samples": 0,
-                 "compute_s": 0.0, "injected_s": 0.0, "pacing_s": 0.0, "slowdown": injector.factor}
         load_before = os.getloadavg()[0]
         comm.Barrier()
         dist.barrier()
@@ -287,7 +275,7 @@ def train(config: TrainConfig, comm: Any) -> dict | None:
     stats["load_avg"] = (load_before, os.getloadavg()[0])
     extra = {"framework": {"torch": torch.__version__, "backend": "gloo", "ddp": True,
                            "torch_threads": torch.get_num_threads(), "numba_threads": numba_threads["numba"]}}
-    return _finish(config, comm, s, KIND, flat, recorder, wall, stats, np.asarray(reduce_s), extra)
+    return finish_ranks(config, comm, s, KIND, flat, recorder, wall, stats, np.asarray(reduce_s), extra)
 
 
 def main(argv: list[str] | None = None) -> int:
