@@ -8,6 +8,8 @@ heterogeneity injection and pacing as the parameter server's workers (one
 :class:`mpikanel.worker_loop.Pacer`: the slowdown scales each step's *CPU* time, or with
 ``--step-time`` each step lasts max(its compute, the modeled step), the rest slept), shared
 work budget, validation split, metrics file and summary keys as ``mpikanel.train``.
+:mod:`mpikanel.baselines.torch_ddp` (PyTorch DDP) trains in its own loop but takes its set-up,
+:func:`rank_loop` and :func:`finish_ranks` from here.
 """
 from __future__ import annotations
 
