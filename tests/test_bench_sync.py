@@ -238,7 +238,7 @@ def test_model_recipes():
             bench._model_spec(bad)
 
 
-@pytest.mark.parametrize("model", ["bsp", "allreduce", "localsgd-4"])
+@pytest.mark.parametrize("model", ["bsp", "allreduce", "localsgd-4", "torch-ddp"])
 def test_step_time_paces_every_model_baselines_included(model, tmp_path):
     def command(step_time):
         args = argparse.Namespace(ranks=3, engine="mpi", step_time=step_time, val_fraction=0.1)

@@ -8,6 +8,8 @@ heterogeneity injection and pacing as the parameter server's workers (one
 :class:`mpikanel.worker_loop.Pacer`: the slowdown scales each step's *CPU* time, or with
 ``--step-time`` each step lasts max(its compute, the modeled step), the rest slept), shared
 work budget, validation split, metrics file and summary keys as ``mpikanel.train``.
+:mod:`mpikanel.baselines.torch_ddp` (PyTorch DDP) trains in its own loop but takes its set-up,
+:func:`rank_loop` and :func:`finish_ranks` from here.
 """
 from __future__ import annotations
 
@@ -111,6 +113,37 @@ def injected_step(shard: BoundModel, local: np.ndarray, idx: np.ndarray, plan: S
     return pacer.finish_step(time.perf_counter() - t0, time.thread_time() - c0, int(idx.size))
 
 
+@dataclass
+class RankLoop:
+    """What a baseline rank's training loop starts from: the step plan, the shared step count, the
+    injector and pacer (worker number rank+1), the minibatch cursor, rank 0's recorder, the stats."""
+
+    plan: StepPlan
+    n_steps: int
+    injector: Injector
+    pacer: Pacer
+    cursor: BatchCursor
+    recorder: SnapshotRecorder | None
+    stats: dict
+
+
+def rank_loop(config: TrainConfig, comm: Any, s: Setup) -> RankLoop:
+    """The loop state of this rank (collective: the ranks agree on the most steps of any rank's share)."""
+    from mpi4py import MPI
+
+    size, rank = comm.Get_size(), comm.Get_rank()
+    plan = StepPlan(config.epochs, config.batch_size, config.lr, config.l2, s.n_classes, None,
+                    schedule=config.lr_schedule, warmup=config.warmup)
+    n_steps = comm.allreduce(budget_steps(config, s.n_train, size, s.shard.rows), op=MPI.MAX)
+    injector = Injector(hetero_spec(config), rank + 1, size, n_steps)
+    cursor = BatchCursor(s.shard.rows, StepPlan(n_steps, config.batch_size, config.lr, config.l2, s.n_classes,
+                                                n_steps), np.random.default_rng([config.seed, rank + 1]))
+    stats = {"rank": rank + 1, "mpi_rank": rank, "rows": s.shard.rows, "steps": 0, "pushes": 0, "samples": 0,
+             "compute_s": 0.0, "injected_s": 0.0, "pacing_s": 0.0, "slowdown": injector.factor}
+    return RankLoop(plan, n_steps, injector, Pacer(injector, config.batch_size, config.step_time), cursor,
+                    SnapshotRecorder(config.snapshot_interval) if rank == 0 else None, stats)
+
+
 def train_allreduce(config: TrainConfig, comm: Any, kind: str, every: int, scale: float,
                     extra: dict | None = None) -> dict | None:
     """Every rank trains; every `every` steps Allreduce(SUM) of the deltas, params += scale x sum.
@@ -119,24 +152,17 @@ def train_allreduce(config: TrainConfig, comm: Any, kind: str, every: int, scale
     """
     from mpi4py import MPI
 
-    size, rank = comm.Get_size(), comm.Get_rank()
+    rank = comm.Get_rank()
     s = setup(config, comm)
-    plan = StepPlan(config.epochs, config.batch_size, config.lr, config.l2, s.n_classes, None,
-                    schedule=config.lr_schedule, warmup=config.warmup)
-    n_steps = comm.allreduce(budget_steps(config, s.n_train, size, s.shard.rows), op=MPI.MAX)
+    loop = rank_loop(config, comm, s)
+    plan, n_steps, injector, pacer, cursor, recorder, stats = (loop.plan, loop.n_steps, loop.injector, loop.pacer,
+                                                               loop.cursor, loop.recorder, loop.stats)
     n_params = s.shard.model.n_params(s.shard.X.shape[1], s.n_classes)
     # the same start as mpikanel.train (zeros, or e.g. the MLP's seeded random weights)
     params = start_params(s.shard.model, n_params, s.shard.X.shape[1], s.n_classes, config.seed)
     local, delta, summed = params.copy(), np.zeros(n_params), np.zeros(n_params)
     scratch = s.shard.scratch()
-    injector = Injector(hetero_spec(config), rank + 1, size, n_steps)
-    pacer = Pacer(injector, config.batch_size, config.step_time)
-    cursor = BatchCursor(s.shard.rows, StepPlan(n_steps, config.batch_size, config.lr, config.l2, s.n_classes,
-                                                n_steps), np.random.default_rng([config.seed, rank + 1]))
-    recorder = SnapshotRecorder(config.snapshot_interval) if rank == 0 else None
     reduce_s: list[float] = []
-    stats = {"rank": rank + 1, "mpi_rank": rank, "rows": s.shard.rows, "steps": 0, "pushes": 0, "samples": 0,
-             "compute_s": 0.0, "injected_s": 0.0, "pacing_s": 0.0, "slowdown": injector.factor}
     load_before = os.getloadavg()[0]
     comm.Barrier()
     t_start = time.perf_counter()
@@ -173,10 +199,10 @@ def train_allreduce(config: TrainConfig, comm: Any, kind: str, every: int, scale
     if recorder is not None:
         recorder.final(wall, params, stats["pushes"])
     stats["load_avg"] = (load_before, os.getloadavg()[0])
-    return _finish(config, comm, s, kind, params, recorder, wall, stats, np.asarray(reduce_s), extra or {})
+    return finish_ranks(config, comm, s, kind, params, recorder, wall, stats, np.asarray(reduce_s), extra or {})
 
 
-def _finish(config: TrainConfig, comm: Any, s: Setup, kind: str, params: np.ndarray,
+def finish_ranks(config: TrainConfig, comm: Any, s: Setup, kind: str, params: np.ndarray,
             recorder: SnapshotRecorder | None, wall: float, stats: dict, reduce_s: np.ndarray,
             extra: dict) -> dict | None:
     """Split Allreduce time into comm and wait, gather train loss, evaluate and write on rank 0.

@@ -29,7 +29,10 @@ idle``: the same PSP plan, fast workers idle while a round closes), the ESP abla
 ``esp-noeff`` (no efficiency test: push whenever nothing is in flight), ``esp-noprobe`` (cost
 from past push round trips and the last reply's queue) and ``esp-novalue`` (no value term), ``allreduce``
 (:mod:`mpikanel.baselines.allreduce_sgd`: sum of the deltas every step) and ``localsgd-H``
-(:mod:`mpikanel.baselines.local_sgd`: H local steps, then the average; H = 1, 4, 16). The
+(:mod:`mpikanel.baselines.local_sgd`: H local steps, then the average; H = 1, 4, 16), and, not in
+the default list, ``torch-ddp`` (:mod:`mpikanel.baselines.torch_ddp`: PyTorch DistributedDataParallel
+over gloo, the peer users would pick instead; needs the ``[peer]`` extra, exit 2 without it; its
+grid is ``--lrs`` x the trainers, as DDP averages the gradients). The
 baselines have no server, so all R ranks train against the parameter server's R-1 workers.
 Every run processes the same work, EPOCHS x training rows samples (``--budget shared``).
 
@@ -109,7 +112,10 @@ QUICK = {"synthetic-rows": "6000", "synthetic-features": "20", "batch-size": "64
 DEFAULT_LRS = (0.4, 1.0, 2.0, 4.0)
 DEFAULT_MODELS = ("bsp", "asp", "ssp:3", "esp", "esp-noeff", "psp", "psp-zipline", "allreduce",
                   "localsgd-1", "localsgd-4", "localsgd-16")
-BASELINE_MODULES = {"allreduce": "mpikanel.baselines.allreduce_sgd", "localsgd": "mpikanel.baselines.local_sgd"}
+BASELINE_MODULES = {"allreduce": "mpikanel.baselines.allreduce_sgd", "localsgd": "mpikanel.baselines.local_sgd",
+                    "torch-ddp": "mpikanel.baselines.torch_ddp"}
+#: bench models that need an optional extra, not in DEFAULT_MODELS: model -> (importable module, the install)
+EXTRA_MODELS = {"torch-ddp": ("torch", "pip install 'mpikanel[peer]'")}
 #: named ablations of a sync model: the same model with one mechanism switched off
 ABLATIONS = {"psp-zipline": ("--sync", "psp", "--psp-wait", "idle"),
              "esp-noeff": ("--sync", "esp", "--esp-efficiency", "off"),
@@ -147,6 +153,9 @@ def model_run(model: str, ranks: int) -> ModelRun:
         return ModelRun("mpikanel.train", ABLATIONS[model])
     if model == "allreduce":
         return ModelRun(BASELINE_MODULES["allreduce"], ())
+    if model == "torch-ddp":
+        # DDP averages the gradients: the same effective step sizes as allreduce's grid x the trainers
+        return ModelRun(BASELINE_MODULES["torch-ddp"], (), float(ranks))
     if name.startswith("localsgd-"):
         return ModelRun(BASELINE_MODULES["localsgd"], ("--local-steps", name.split("-", 1)[1]), float(ranks))
     if name == "ssp":
@@ -160,11 +169,11 @@ def _model_spec(text: str) -> str:
     steps = name.split("-", 1)[1] if name.startswith("localsgd-") else None
     if steps is not None and not (steps.isdigit() and int(steps) >= 1):
         raise argparse.ArgumentTypeError(f"localsgd-H needs an integer H >= 1, got {text!r}")
-    known = name in SYNC_MODELS or text in ABLATIONS or text == "allreduce" or steps is not None
+    known = name in SYNC_MODELS or text in ABLATIONS or text in ("allreduce", "torch-ddp") or steps is not None
     if not known:
         raise argparse.ArgumentTypeError(f"unknown model {text!r}; choose from {', '.join(SYNC_MODELS)} "
                                          f"(ssp:S, esp:inverse, psp:normalized), {', '.join(ABLATIONS)}, "
-                                         "allreduce, localsgd-H")
+                                         "allreduce, localsgd-H, torch-ddp")
     if arg and name not in MODEL_ARG:
         raise argparse.ArgumentTypeError(f"only ssp:S, esp:SCALE and psp:AGGREGATE take a parameter, got {text!r}")
     return text
@@ -481,6 +490,17 @@ def _check_args(args: argparse.Namespace) -> None:
         raise InputError(f"--seeds must be distinct, got {' '.join(map(str, args.seeds))}")
     if args.engine == "mpi":
         find_mpiexec()
+    check_extras(args.models or DEFAULT_MODELS)
+
+
+def check_extras(models: Iterable[str]) -> None:
+    """InputError naming the install when a model's optional extra (torch-ddp: PyTorch) is missing."""
+    import importlib.util
+
+    for model in dict.fromkeys(models):
+        if model in EXTRA_MODELS and importlib.util.find_spec(EXTRA_MODELS[model][0]) is None:
+            module, install = EXTRA_MODELS[model]
+            raise InputError(f"model {model} needs {module}, which is not installed: {install}")
 
 
 def results_dir(args: argparse.Namespace) -> str | None:
