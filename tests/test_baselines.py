@@ -173,8 +173,10 @@ def test_paced_allreduce_lasts_its_steps_and_a_paced_straggler_slows_every_rank_
     assert by_rank[1]["injected_s"] == pytest.approx(2 * step * PACED_STEPS, rel=0.05)
     assert by_rank[2]["injected_s"] == by_rank[3]["injected_s"] == 0.0
     assert by_rank[2]["wait_s"] > 0.5 * 2 * step * PACED_STEPS         # the others wait for rank 1 each step
-    # every Allreduce waits for the straggler: about 3x the unslowed paced wall (overheads shrink the ratio)
-    assert 2.0 <= slow["wall_s"] / even["wall_s"] <= 3.6, (slow["wall_s"], even["wall_s"])
+    # every Allreduce waits for the straggler: the run lasts at least its 3x modeled steps, and clearly
+    # longer than the unslowed one (load stretches the unslowed run, so no tighter ratio holds everywhere)
+    assert slow["wall_s"] >= 0.95 * 3 * step * PACED_STEPS, slow["wall_s"]
+    assert slow["wall_s"] >= 1.5 * even["wall_s"], (slow["wall_s"], even["wall_s"])
     assert m["summary"]["step_time"] == step
 
 
