@@ -123,7 +123,7 @@ def train(config: TrainConfig | dict | None = None, comm=None, _stop: StopSignal
                            "threads": threads, "nodes": len(set(names)), "node_ranks": node_ranks(names)})
         return summary
     finally:
-        watch.close()
+        watch.close(ending=sys.exc_info()[0] is not None)
         if _stop is None:
             stop.restore()
         comm.Free()

@@ -1,39 +1,44 @@
-"""Rank 0 watches the other ranks' processes over plain TCP, so a lost host is named in one line.
+"""A watcher process outside MPI sees every rank's process end, so a lost host is named in one line.
 
 When every rank of one host dies (the host crashed, lost its network, or its ranks were killed),
-the MPI launcher tears the job down, but what it prints depends on the MPI (Intel MPI: a block
-per rank; Open MPI: the first rank only; on one host also the ranks it killed itself). Here each
-rank keeps one TCP connection to rank 0 from start-up to the end of the run and says ``bye`` on
-it when its run ends; the kernel closes the connection of a process that dies, so rank 0 sees an
-end without ``bye`` within milliseconds, gathers the ranks lost with it for SETTLE_S, prints one
-line naming them and their hosts, and aborts the job (the launcher would too, a little later).
+the MPI tears the job down, and what it prints depends on the MPI (Intel MPI: a block per rank;
+Open MPI: the first rank only, or a "Socket closed" abort of a survivor). Here rank 0 starts a
+small watcher process (``python -m mpikanel.comm.watch``, its own session: neither an MPI error
+nor the launcher's teardown of the ranks ends it first); every rank keeps one TCP connection to
+it from start-up to the end of the run and says ``bye`` on it (``end`` when the run fails on
+purpose: the job is ending, nothing is lost). The kernel closes the connection of a process that
+dies, so the watcher sees an end without a word within milliseconds. The first such rank's host
+is the lost one: the watcher gathers that host's ranks that end with it (until all have, or
+SETTLE_S), ignores ranks of other hosts (the teardown that follows), and says one line naming
+them. The launcher ends the job as it does for any lost rank.
 
 On by default when the job spans more than one node (processor names); ``MPIKANEL_WATCH=0``
-turns it off, ``=1`` on also on one node. Rank 0's choice holds for all. A rank that cannot reach
-rank 0's port within CONNECT_S says so once and runs unwatched; nothing here waits unbounded.
+turns it off, ``=1`` on also on one node. Rank 0's choice holds for all. The line goes to
+``$MPIKANEL_WATCH_REPORT`` when set (scripts/multihost.sh prints it after the job: what reaches
+the launcher's output while it tears the job down may be lost), else to standard error. Every wait
+is bounded: a rank that cannot connect within CONNECT_S says so once and runs unwatched.
 """
 from __future__ import annotations
 
+import json
 import os
 import selectors
 import socket
+import subprocess
 import sys
-import threading
 import time
 from typing import Any
 
 #: environment switch: 0 off, 1 on; unset: on when the ranks run on more than one node
 ENV = "MPIKANEL_WATCH"
-#: after the first lost rank, how long at most rank 0 gathers others lost with it before it says so
-#: (less once every rank of the hosts seen losing one is lost: the launcher tears the job down
-#: tens of milliseconds after a loss, and a dying process closes its socket only after freeing its memory)
-SETTLE_S = 0.1
-#: how long a rank tries to connect to rank 0, and rank 0 waits for all connections
-CONNECT_S = 10.0
-BYE = b"bye\n"
-#: a file the lost-ranks line goes to instead of standard error (scripts/multihost.sh prints it
-#: after the job: what a rank prints as the launcher tears the job down may never reach it)
+#: a file the lost-ranks line goes to instead of standard error
 REPORT_ENV = "MPIKANEL_WATCH_REPORT"
+#: after the first lost rank, how long at most the watcher gathers the others of its host
+SETTLE_S = 0.1
+#: how long ranks try to connect, and the watcher waits for all of them
+CONNECT_S = 20.0
+BYE = b"bye\n"
+END = b"end\n"
 
 
 def enabled(names: list[str], env: dict[str, str] | None = None) -> bool:
@@ -43,63 +48,67 @@ def enabled(names: list[str], env: dict[str, str] | None = None) -> bool:
 
 
 def lost_line(lost: list[int], names: list[str]) -> str:
-    """The one line that names the lost ranks and their hosts (a host all of whose ranks were lost says so)."""
-    by_host: dict[str, list[int]] = {}
-    for r in sorted(lost):
-        by_host.setdefault(names[r], []).append(r)
-    parts = []
-    for host, ranks in by_host.items():
-        whole = len(ranks) == names.count(host)
-        parts.append(f"{host}{' (all its ranks)' if whole else ''}")
-    plural = "s" if len(lost) > 1 else ""
-    return (f"mpikanel: lost rank{plural} {', '.join(map(str, sorted(lost)))} on {', '.join(parts)}: "
-            f"the process{'es' if plural else ''} ended mid-run; ending the job")
+    """The one line that names the lost ranks and their host (saying so when it lost all its ranks)."""
+    host = names[lost[0]]
+    whole = " (all its ranks)" if len(lost) == names.count(host) else ""
+    many = len(lost) > 1
+    return (f"mpikanel: lost rank{'s' if many else ''} {', '.join(map(str, sorted(lost)))} on {host}{whole}: "
+            f"the process{'es' if many else ''} ended mid-run; ending the job")
 
 
 class Watch:
-    """This rank's side of the watch; close() when the run ends (a no-op where not watching)."""
+    """This rank's connection to the watcher; close() at the end of the run (a no-op where not watching)."""
 
-    def __init__(self) -> None:
-        self._sock: socket.socket | None = None
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+    def __init__(self, sock: socket.socket | None = None) -> None:
+        self._sock = sock
 
-    def close(self) -> None:
-        """Say bye (rank > 0) or stop watching (rank 0)."""
-        self._stop.set()
-        if self._sock is not None:
-            try:
-                self._sock.sendall(BYE)
-            except OSError:
-                pass
-            self._sock.close()
-            self._sock = None
-        if self._thread is not None:
-            self._thread.join(timeout=1.0)
+    def close(self, ending: bool = False) -> None:
+        """Say bye (`ending`: the run fails and ends the job on purpose) and disconnect."""
+        if self._sock is None:
+            return
+        try:
+            self._sock.sendall(END if ending else BYE)
+        except OSError:
+            pass
+        self._sock.close()
+        self._sock = None
 
 
 def watch_ranks(comm: Any, names: list[str]) -> Watch:
-    """Start watching (collective over `comm`); `names`: every rank's processor name."""
-    watch = Watch()
+    """Connect every rank to a watcher rank 0 starts (collective over `comm`); `names`: processor names."""
     rank = comm.Get_rank()
-    if not comm.bcast(enabled(names) if rank == 0 else None, root=0) or comm.Get_size() < 2:
-        return watch
-    if rank == 0:
-        server = socket.create_server(("", 0), backlog=comm.Get_size())
-        where = (server.getsockname()[1], _addresses())
-        comm.bcast(where, root=0)
-        watch._thread = threading.Thread(target=_rank0_loop, args=(server, comm, names, watch._stop),
-                                         name="mpikanel-watch", daemon=True)
-        watch._thread.start()
-        return watch
-    port, addresses = comm.bcast(None, root=0)
+    where = None
+    if rank == 0 and enabled(names) and comm.Get_size() > 1:
+        where = _start_watcher(names)
+    where = comm.bcast(where, root=0)
+    if where is None:
+        return Watch()
+    port, addresses = where
     targets = ["127.0.0.1"] if names[rank] == names[0] else addresses
-    watch._sock = _connect(targets, port, rank)
-    return watch
+    return Watch(_connect(targets, port, rank))
+
+
+def _start_watcher(names: list[str]) -> tuple[int, list[str]] | None:
+    """Start the watcher process; its port and the addresses it may be reached at, or None (said once)."""
+    try:
+        proc = subprocess.Popen([sys.executable, "-m", "mpikanel.comm.watch"], stdin=subprocess.PIPE,
+                                stdout=subprocess.PIPE, start_new_session=True, text=True)
+        assert proc.stdin is not None and proc.stdout is not None
+        proc.stdin.write(json.dumps({"names": names, "report": os.environ.get(REPORT_ENV)}))
+        proc.stdin.close()
+        sel = selectors.DefaultSelector()
+        sel.register(proc.stdout, selectors.EVENT_READ)
+        line = proc.stdout.readline() if sel.select(timeout=CONNECT_S) else ""
+        sel.close()
+        return int(line), _addresses()
+    except (OSError, ValueError) as exc:
+        print(f"mpikanel: cannot start the rank watcher ({exc}); lost ranks are left to the launcher to report",
+              file=sys.stderr, flush=True)
+        return None
 
 
 def _addresses() -> list[str]:
-    """Rank 0's addresses other hosts may reach: its hostname's non-loopback ones, then the name."""
+    """This host's addresses other hosts may reach: its hostname's non-loopback ones, then the name."""
     host = socket.gethostname()
     try:
         found = {ai[4][0] for ai in socket.getaddrinfo(host, None, socket.AF_INET)}
@@ -109,7 +118,7 @@ def _addresses() -> list[str]:
 
 
 def _connect(targets: list[str], port: int, rank: int) -> socket.socket | None:
-    """A connection to rank 0 that has announced this rank, or None (said once) within CONNECT_S."""
+    """A connection to the watcher that has announced this rank, or None (said once) within CONNECT_S."""
     deadline = time.monotonic() + CONNECT_S
     error: Exception | None = None
     while time.monotonic() < deadline:
@@ -122,13 +131,15 @@ def _connect(targets: list[str], port: int, rank: int) -> socket.socket | None:
             except OSError as exc:
                 error = exc
         time.sleep(0.1)
-    print(f"mpikanel: rank {rank} cannot reach rank 0's watch port ({', '.join(targets)}:{port}: {error}); "
+    print(f"mpikanel: rank {rank} cannot reach the rank watcher ({', '.join(targets)}:{port}: {error}); "
           "this rank is not watched", file=sys.stderr, flush=True)
     return None
 
 
-def _rank0_loop(server: socket.socket, comm: Any, names: list[str], stop: threading.Event) -> None:
-    """Accept the ranks' connections; on an end without bye, name the lost ranks and abort."""
+def watcher(names: list[str], report: str | None, out=sys.stdout) -> None:
+    """The watcher process: accept every rank, say which ranks of the first lost host ended without a word."""
+    server = socket.create_server(("", 0), backlog=len(names))
+    print(server.getsockname()[1], file=out, flush=True)
     sel = selectors.DefaultSelector()
     server.setblocking(False)
     sel.register(server, selectors.EVENT_READ)
@@ -136,53 +147,51 @@ def _rank0_loop(server: socket.socket, comm: Any, names: list[str], stop: thread
     lost: list[int] = []
     first_lost = 0.0
     accept_until = time.monotonic() + CONNECT_S
-    try:
-        while not stop.is_set():
-            if server.fileno() >= 0 and (len(received) >= comm.Get_size() - 1 or time.monotonic() > accept_until):
-                sel.unregister(server)
-                server.close()
-            for key, _ in sel.select(timeout=0.002 if lost else 0.1):
-                conn = key.fileobj
-                if conn is server:
-                    conn, _ = server.accept()
-                    conn.setblocking(False)
-                    received[conn] = b""
-                    sel.register(conn, selectors.EVENT_READ)
-                    continue
-                try:
-                    data = conn.recv(64)
-                except OSError:
-                    data = b""
-                received[conn] += data
-                if data and BYE not in received[conn]:
-                    continue
-                sel.unregister(conn)
-                conn.close()
-                head, newline, _ = received[conn].partition(b"\n")
-                if not data and newline and not stop.is_set():
-                    lost.append(int(head))
+    while True:
+        if server.fileno() >= 0 and (len(received) >= len(names) or time.monotonic() > accept_until):
+            sel.unregister(server)
+            server.close()
+        if server.fileno() < 0 and len(sel.get_map()) == 0:
+            return                                 # every rank said bye or ended
+        for key, _ in sel.select(timeout=0.005 if lost else 0.5):
+            conn = key.fileobj
+            if conn is server:
+                conn, _ = server.accept()
+                conn.setblocking(False)
+                received[conn] = b""
+                sel.register(conn, selectors.EVENT_READ)
+                continue
+            try:
+                data = conn.recv(64)
+            except OSError:
+                data = b""
+            received[conn] += data
+            if END in received[conn]:
+                return                             # a rank ends the job on purpose: nothing is lost
+            if data and BYE not in received[conn]:
+                continue
+            sel.unregister(conn)
+            conn.close()
+            head, newline, _ = received[conn].partition(b"\n")
+            if not data and newline:
+                rank = int(head)
+                if not lost or names[rank] == names[lost[0]]:
+                    lost.append(rank)
                     first_lost = first_lost or time.monotonic()
-            if lost and not stop.is_set() and (time.monotonic() - first_lost >= SETTLE_S or _hosts_gone(lost, names)):
-                _say(lost_line(lost, names))
-                comm.Abort(1)
-                return
-    finally:
-        for key in list(sel.get_map().values()):
-            key.fileobj.close()
-        sel.close()
+        if lost and (time.monotonic() - first_lost >= SETTLE_S or len(lost) == names.count(names[lost[0]])):
+            _say(lost_line(lost, names), report)
+            return
 
 
-def _hosts_gone(lost: list[int], names: list[str]) -> bool:
-    """Whether every rank on the hosts of the lost ranks is lost."""
-    hosts = {names[r] for r in lost}
-    return all(r in lost for r, name in enumerate(names) if name in hosts)
-
-
-def _say(line: str) -> None:
-    """The lost-ranks line: to $MPIKANEL_WATCH_REPORT if set, else to standard error."""
-    path = os.environ.get(REPORT_ENV)
-    if path:
-        with open(path, "a") as fh:
+def _say(line: str, report: str | None) -> None:
+    """The lost-ranks line: to the report file if given, else to standard error."""
+    if report:
+        with open(report, "a") as fh:
             fh.write(line + "\n")
     else:
         print(line, file=sys.stderr, flush=True)
+
+
+if __name__ == "__main__":
+    spec = json.loads(sys.stdin.read())
+    watcher(spec["names"], spec.get("report"))
