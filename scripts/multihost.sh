@@ -27,8 +27,9 @@
 # python3), MULTIHOST_PREFIX (name prefix of namespaces, veths and bridge; default mh),
 # MULTIHOST_LOCK_WAIT_S (how long to wait for another run's lock; default 600).
 # On exit, error, Ctrl-C or SIGTERM it removes every namespace, veth, the bridge and every process
-# it started (all run inside the namespaces); SIGINT/SIGTERM reach the job first and it gets
-# MULTIHOST_GRACE_S (default 15) to end (a checkpointing run writes its checkpoint).
+# it started (all run inside the namespaces); SIGINT/SIGTERM first reach the ranks (as a batch
+# system signals them), which get MULTIHOST_GRACE_S (default 15) to end: a run with
+# --checkpoint-dir writes its checkpoint and exits 75.
 # Exit codes: COMMAND's; 2 not root or bad usage; 3 set-up failed (one line on stderr).
 set -euo pipefail
 
@@ -64,6 +65,18 @@ cleanup() {
     ip link del "$v" 2>/dev/null || true
   done
   [ -z "${RUN_DIR:-}" ] || rm -rf "$RUN_DIR"
+}
+
+# the MPI ranks in our namespaces (their launcher gave them a rank), else every process there
+rank_pids() {
+  local ns pid all="" ranks=""
+  for ns in $(our_namespaces); do
+    for pid in $(ip netns pids "$ns" 2>/dev/null); do
+      all="$all $pid"
+      tr '\0' '\n' <"/proc/$pid/environ" 2>/dev/null | grep -qE '^(PMI_RANK|OMPI_COMM_WORLD_RANK)=' && ranks="$ranks $pid"
+    done
+  done
+  echo "${ranks:-$all}"
 }
 
 # single-quote a word for sh -c
@@ -105,12 +118,12 @@ on_signal() {
   local sig=$1 code=$2 end
   trap '' INT TERM
   if [ -n "$JOB" ] && kill -0 "$JOB" 2>/dev/null; then
-    for ns in $(our_namespaces); do
-      # shellcheck disable=SC2046
-      kill -s "$sig" $(ip netns pids "$ns" 2>/dev/null) 2>/dev/null || true
-    done
+    # shellcheck disable=SC2046
+    kill -s "$sig" $(rank_pids) 2>/dev/null || true
     end=$((SECONDS + GRACE_S))
     while kill -0 "$JOB" 2>/dev/null && [ "$SECONDS" -lt "$end" ]; do sleep 0.2; done
+    # ended in time: its own exit code (75: checkpointed, requeue me)
+    kill -0 "$JOB" 2>/dev/null || { wait "$JOB" && code=0 || code=$?; }
   fi
   cleanup
   exit "$code"

@@ -96,6 +96,7 @@ def test_bsp_across_hosts_is_bitwise_one_host_and_checkpoints_resume_on_another_
     assert two["params_sha256"] == one["params_sha256"]
     saved = checkpoints(ck)
     assert len(saved) >= 3
+    assert sorted(p.name for p in tmp_path.iterdir() if p.is_dir()) == ["ck"]    # no part written elsewhere
     for path in saved:          # one directory per checkpoint, holding the parts of both hosts' ranks
         entries = json.loads((path / "manifest.json").read_text())["files"]
         assert {e["host"] for e in entries} == {"h0", "h1"}
