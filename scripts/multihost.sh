@@ -16,8 +16,11 @@
 # MPI's remote launcher hook pointed at multihost-exec.sh instead of ssh:
 #   Intel MPI / MPICH (hydra): -launcher ssh -launcher-exec multihost-exec.sh -hosts h0,h1,.. -ppn 1
 #   Open MPI (prterun):        --mca plm_rsh_agent multihost-exec.sh --host h0:S,h1:S --map-by node
-# The job's environment also gets MPIKANEL_WATCH=1: the ranks watch each other (mpikanel.comm.watch)
-# and a host whose ranks all die ends the job with one line naming them.
+#   (Open MPI also gets pml ob1, btl self,sm,tcp on 198.18.0.0/24 and btl_tcp_progress_thread=1.)
+# The job's environment also gets MPIKANEL_WATCH=1: every rank stays connected to a watcher process
+# rank 0 starts (mpikanel.comm.watch); when a host's ranks die it names them in one line, which
+# this script prints after the job (MPIKANEL_WATCH_REPORT). MPICH's hydra takes the same flags as
+# Intel MPI's; only Intel MPI and Open MPI were tried.
 #
 # --transport   also print the MPI's own report of the transports it chose (Intel MPI: I_MPI_DEBUG=5;
 #               Open MPI: btl_base_verbose) as lines starting with `multihost: transport:`.
@@ -171,7 +174,7 @@ case $FAMILY in
             --prtemca oob_tcp_if_include "$SUBNET.0/24" --mca pml ob1 --mca btl self,sm,tcp)
     [ "$TRANSPORT" = 0 ] || export OMPI_MCA_btl_base_verbose=100
     # TCP progresses only inside MPI calls, and mpikanel's waits sleep between tests: a thread
-    # of its own moves the bytes (docs/cluster.md: 1.6x the 1-host wall without it, ~1.1x with)
+    # of its own moves the bytes (docs/cluster.md: 1.6x the 1-host wall without it, 0.9x with)
     export OMPI_MCA_btl_tcp_progress_thread=${OMPI_MCA_btl_tcp_progress_thread:-1}
     ;;
   *)   # hydra: Intel MPI, MPICH

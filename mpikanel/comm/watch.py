@@ -36,7 +36,7 @@ REPORT_ENV = "MPIKANEL_WATCH_REPORT"
 #: after the first lost rank, how long at most the watcher gathers the others of its host
 SETTLE_S = 0.1
 #: how long ranks try to connect, and the watcher waits for all of them
-CONNECT_S = 20.0
+CONNECT_S = 10.0
 BYE = b"bye\n"
 END = b"end\n"
 
