@@ -186,11 +186,13 @@ line="exec $(shquote "$PY") -m mpikanel.run"
 for w in "${launch[@]}" -n "$NRANKS" -- "$@"; do line+=" $(shquote "$w")"; done
 
 say "$HOSTS hosts ($hostlist, $SUBNET.1-$HOSTS on $BR), $NRANKS ranks round-robin, $FAMILY"
+# the job does not inherit the lock (fd 9): if this script is killed with SIGKILL, the lock goes
+# with it and the next run or --cleanup removes what it left
 if [ "$TRANSPORT" = 1 ]; then
   # the MPI's own words about its transports, marked; everything else passes through unchanged
-  "$HELPER" h0 "$line" > >(awk -f "$HERE/multihost-transport.awk") 2>&1 &
+  "$HELPER" h0 "$line" 9>&- > >(exec 9>&-; awk -f "$HERE/multihost-transport.awk") 2>&1 &
 else
-  "$HELPER" h0 "$line" &
+  "$HELPER" h0 "$line" 9>&- &
 fi
 JOB=$!
 set +e

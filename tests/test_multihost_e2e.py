@@ -8,6 +8,7 @@ under CI=true that is an error."""
 import hashlib
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -28,6 +29,11 @@ SMALL = ["--synthetic-rows", "4000", "--epochs", "2", "--progress", "off"]
 #: >= 2.5 s of paced training on 3 workers: the kill lands mid-run
 PACED_RUN = ["--synthetic-rows", "12000", "--epochs", "4", "--progress", "off", *PACE]
 PACED_SAMPLES = 4 * 12000 * 9 // 10            # the shared budget: epochs x training rows
+
+
+def bounded(cmd: list[str], timeout: float) -> list[str]:
+    """`cmd` under timeout(1): SIGTERM first (multihost.sh's trap removes the hosts), SIGKILL 20 s later."""
+    return ["timeout", "--kill-after=20", str(timeout), *cmd]
 
 
 def multihost_env() -> dict[str, str]:
@@ -60,14 +66,14 @@ def emulated_hosts():
     """Skip (CI: fail) with the script's reason where it cannot run; afterwards nothing of it is left."""
     if os.geteuid() != 0:
         need("root", "scripts/multihost.sh needs root (network namespaces); run the tests as root")
-    proc = subprocess.run([str(SCRIPT), "1", "1", "--", "true"], capture_output=True, text=True, timeout=60,
-                          env=multihost_env())
+    proc = subprocess.run(bounded([str(SCRIPT), "1", "1", "--", "true"], 60), capture_output=True, text=True,
+                          timeout=100, env=multihost_env())
     if proc.returncode in (2, 3):
         need("emulated hosts", proc.stderr.strip().splitlines()[-1])
     assert proc.returncode == 0, proc.stderr
     yield
     left = leftovers()
-    subprocess.run([str(SCRIPT), "--cleanup"], capture_output=True, timeout=60, env=multihost_env())
+    subprocess.run(bounded([str(SCRIPT), "--cleanup"], 60), capture_output=True, timeout=100, env=multihost_env())
     assert left == []
 
 
@@ -77,9 +83,11 @@ def multihost(hosts: int, ranks: int, *args: str, tmp_path: Path, timeout: float
     cmd = [str(SCRIPT), str(hosts), str(ranks), "--", sys.executable, "-m", "mpikanel.train", "--quiet", *args,
            "--summary-json", str(summary)]
     try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=multihost_env())
+        proc = subprocess.run(bounded(cmd, timeout), capture_output=True, text=True, timeout=timeout + 40,
+                              env=multihost_env())
     except subprocess.TimeoutExpired as exc:
         pytest.fail(f"hang: {' '.join(cmd)} did not end in {timeout}s\n{exc.stderr}")
+    assert proc.returncode != 124, f"hang: {' '.join(cmd)} did not end in {timeout}s\n{proc.stderr}"
     assert leftovers() == []
     return proc, json.loads(summary.read_text()) if summary.exists() else None
 
@@ -182,3 +190,33 @@ def test_asp_on_a_lost_host_ends_the_job_naming_its_ranks_and_resume_latest_comp
     assert s["sync"] == "asp" and s["nodes"] == 3
     assert s["resumed_from"] and s["samples"] == s["samples_budget"] == PACED_SAMPLES
     assert s["deltas_sent"] == s["deltas_applied"] and s["test_accuracy"] > 0.7
+
+
+#: Open MPI's verbose BTL line: the sender's host, the BTL, the receiving rank's host
+BTL_LINE = re.compile(r"\[(h\d+):\d+\] mca: bml: Using (\w+) btl for send to \S+ on node (h\d+)")
+
+
+def transport_lines(hosts: int) -> tuple[str, list[str]]:
+    """The MPI's name and its own words on its transports (multihost.sh --transport), 4 ranks exchanging a value."""
+    program = "from mpi4py import MPI; MPI.COMM_WORLD.allgather(MPI.COMM_WORLD.Get_rank())"
+    proc = subprocess.run(bounded([str(SCRIPT), "--transport", str(hosts), "4", "--", sys.executable, "-c", program], 60),
+                          capture_output=True, text=True, timeout=100, env=multihost_env())
+    assert proc.returncode == 0, proc.stderr
+    lines = [line.strip("\0") for line in (proc.stdout + proc.stderr).splitlines()]
+    banner = next(line for line in lines if "ranks round-robin" in line)
+    return banner, [line for line in lines if line.startswith("multihost: transport:")]
+
+
+def test_the_mpi_says_tcp_between_hosts_and_shared_memory_within():
+    banner, two = transport_lines(2)
+    if "Open MPI" in banner:
+        # every pair of ranks that talked: sm to a rank on the same host, tcp to one on the other
+        pairs = [m.groups() for m in map(BTL_LINE.search, two) if m and m[2] != "self"]
+        assert {btl for _, btl, _ in pairs} == {"sm", "tcp"}, two
+        assert all((btl == "sm") == (src == dst) for src, btl, dst in pairs), two
+    else:
+        # Intel MPI: libfabric's tcp provider between nodes and shared memory within (shm-ofi); one host: shm only
+        text = "\n".join(two)
+        assert "libfabric provider: tcp" in text and "tuning_generic_shm-ofi.dat" in text, text
+        text = "\n".join(transport_lines(1)[1])
+        assert "tuning_generic_shm.dat" in text and "libfabric provider" not in text, text
