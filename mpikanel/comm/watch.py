@@ -90,6 +90,7 @@ def watch_ranks(comm: Any, names: list[str]) -> Watch:
 
 def _start_watcher(names: list[str]) -> tuple[int, list[str]] | None:
     """Start the watcher process; its port and the addresses it may be reached at, or None (said once)."""
+    proc = None
     try:
         proc = subprocess.Popen([sys.executable, "-m", "mpikanel.comm.watch"], stdin=subprocess.PIPE,
                                 stdout=subprocess.PIPE, start_new_session=True, text=True)
@@ -102,8 +103,10 @@ def _start_watcher(names: list[str]) -> tuple[int, list[str]] | None:
         sel.close()
         return int(line), _addresses()
     except (OSError, ValueError) as exc:
-        print(f"mpikanel: cannot start the rank watcher ({exc}); lost ranks are left to the launcher to report",
-              file=sys.stderr, flush=True)
+        if proc is not None:
+            proc.kill()
+        print(f"mpikanel: cannot start the rank watcher ({exc or 'no port'}); lost ranks are left to the "
+              "launcher to report", file=sys.stderr, flush=True)
         return None
 
 
