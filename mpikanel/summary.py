@@ -206,6 +206,9 @@ def format_summary(d: dict) -> str:
     if d.get("pacing_held") is not None:
         lines.insert(4, f"  paced at --step-time {d['step_time']:g} s: {d['pacing_missed_share']:.1%} of steps "
                         f"computed longer than modeled ({'held' if d['pacing_held'] else 'NOT held'})")
+    if (d.get("nodes") or 1) > 1:
+        lines.insert(4, f"  {d['nodes']} nodes: " + "; ".join(f"{name} ranks {','.join(map(str, ranks))}"
+                                                           for name, ranks in d["node_ranks"].items()))
     if (d.get("servers") or 1) > 1 and d.get("server_ranks"):
         per = ", ".join(f"rank {r['rank']} keys {r['keys'][0]}..{r['keys'][1]} {r['busy_us_per_push']:.0f} us/push "
                         f"{r['peak_rss_mb']:.0f} MiB" for r in d["server_ranks"])

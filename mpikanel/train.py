@@ -23,7 +23,8 @@ from .signals import StopSignals
 _EARLY_SIGNALS = StopSignals(enabled=True) if __name__ == "__main__" else None
 
 from .comm import environment  # noqa: E402,F401  - sets MPICH defaults before mpi4py starts MPI
-from .comm.node import ranks_on_node
+from .comm.node import node_ranks, processor_names, ranks_on_node
+from .comm.watch import watch_ranks
 from . import checkpoint as ckpt_mod
 from .config import TrainConfig, make_config, resumed_config
 from .errors import NothingLeft
@@ -52,6 +53,8 @@ def train(config: TrainConfig | dict | None = None, comm=None, _stop: StopSignal
     config = make_config(config, **overrides)
     comm = (comm if comm is not None else MPI.COMM_WORLD).Dup()
     stop = _stop if _stop is not None else StopSignals(enabled=bool(config.checkpoint_dir))
+    names = processor_names(comm)
+    watch = watch_ranks(comm, names)
     try:
         found, resuming = None, False
         if config.resume:
@@ -117,9 +120,10 @@ def train(config: TrainConfig | dict | None = None, comm=None, _stop: StopSignal
                            "reshaped": ckpt.server.get("reshaped") if ckpt is not None else None,
                            "elapsed_before_s": ckpt.elapsed_s if ckpt is not None else 0.0,
                            "load_avg_before": load_before, "load_avg_after": os.getloadavg()[0],
-                           "threads": threads})
+                           "threads": threads, "nodes": len(set(names)), "node_ranks": node_ranks(names)})
         return summary
     finally:
+        watch.close(ending=sys.exc_info()[0] is not None)
         if _stop is None:
             stop.restore()
         comm.Free()

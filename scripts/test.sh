@@ -68,7 +68,8 @@ export NUMBA_CACHE_DIR=$NUMBA_CACHE_DIR-$SECOND
 # The MPI behaviour every MPI must show, end to end: training under ASP, BSP bitwise
 # the same on 1 and 2 servers (hindexed receives into one vector), a stop checkpoint
 # on SIGUSR1 and its resume, a killed server rank, ESP's round trips and PSP's plan, idle ranks
-# yielding the CPU and a paced run's waiting ranks costing next to nothing; then pytest-mpi at 2
+# yielding the CPU and a paced run's waiting ranks costing next to nothing; the runs across emulated
+# hosts (scripts/multihost.sh: TCP between hosts, a lost host named; as root); then pytest-mpi at 2
 # and 4 ranks. Left out under the second MPI: SIGTERM to Open MPI's launcher kills the ranks 0.25 s
 # after forwarding it, too soon to checkpoint (docs/mpi.md: SIGUSR1 is the way there), and the
 # timing-sensitive ESP checks. The rest of the suite exercises no MPI behaviour the list does not
@@ -81,7 +82,8 @@ run2 "$V2/bin/python" -m pytest -q -p no:cacheprovider --durations=10 \
   tests/test_esp_psp_e2e.py::test_esp_round_trips_see_the_link_and_every_merge_is_counted \
   tests/test_esp_psp_e2e.py::test_psp_gives_fast_workers_more_steps_under_a_straggler \
   tests/test_bench_server.py::test_project_default_blocked_rank_yields_cpu \
-  tests/test_pacing.py::test_a_paced_run_lasts_its_modeled_steps_and_says_so
+  tests/test_pacing.py::test_a_paced_run_lasts_its_modeled_steps_and_says_so \
+  tests/test_multihost_e2e.py
 for n in 2 4; do
   run2 "$V2/bin/python" -m mpikanel.run -n "$n" -- "$V2/bin/python" -m pytest -q -p no:cacheprovider --with-mpi tests/mpi
 done

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import platform
 import shutil
 import time
 from contextlib import contextmanager
@@ -53,7 +54,8 @@ def write_part(directory: str | Path, seq: int, role: str, index: int, attrs: di
         d.mkdir(parents=True, exist_ok=True)
         tmp = d / f".{name}.tmp-{os.getpid()}"
         with h5py.File(tmp, "w", locking=False, libver=("v108", "latest")) as f:
-            f.attrs.update({"format": FORMAT, "schema": SCHEMA, "role": role, "index": index, **attrs})
+            f.attrs.update({"format": FORMAT, "schema": SCHEMA, "role": role, "index": index, "host": platform.node(),
+                            **attrs})
             for i, (key, value) in enumerate(arrays.items()):
                 put_array(f, key, value)
                 if i == 0 and pause_s > 0:
@@ -65,7 +67,7 @@ def write_part(directory: str | Path, seq: int, role: str, index: int, attrs: di
                     g.create_dataset(key, data=np.asarray(value))
         fsync_path(tmp)
         os.replace(tmp, final)
-    return {"file": name, "role": role, "index": index, "bytes": final.stat().st_size,
+    return {"file": name, "role": role, "index": index, "host": platform.node(), "bytes": final.stat().st_size,
             "sha256": sha256_of(final), "path": str(final.resolve()), "seq": seq,
             "write_s": time.perf_counter() - t0}
 
@@ -111,7 +113,8 @@ def commit(directory: str | Path, seq: int, manifest: dict, parts: list[dict], k
             if Path(part["path"]) != here.resolve():
                 _link(Path(part["path"]), here)
                 part["path"] = str(here.resolve())
-            files.append({k: part[k] for k in ("file", "role", "index", "bytes", "sha256")})
+            # host: the node that wrote the part (every rank writes its own, into one directory)
+            files.append({k: part[k] for k in ("file", "role", "index", "host", "bytes", "sha256") if k in part})
         body = {"format": FORMAT, "schema": SCHEMA, "seq": seq, "created": time.time(), **manifest, "files": files}
         tmp = d / f".{MANIFEST}.tmp-{os.getpid()}"
         tmp.write_text(json.dumps(body, indent=1))
