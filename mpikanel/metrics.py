@@ -21,7 +21,7 @@ from __future__ import annotations
 import json
 import math
 import numbers
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
@@ -71,25 +71,40 @@ class SnapshotRecorder:
         """Whether maybe_snapshot at now_s would copy the parameters."""
         return now_s - self._last_s >= self.interval_s
 
-    def maybe_snapshot(self, now_s: float, params: np.ndarray, version: int, pushes: int = 0) -> bool:
-        """Copy `params` if `interval_s` has passed since the last snapshot; True if it did."""
+    def maybe_snapshot(self, now_s: float, params: np.ndarray, version: int, pushes: int = 0,
+                       size: int | None = None) -> bool:
+        """Copy `params` if `interval_s` has passed since the last snapshot; True if it did.
+        ``size``: the whole vector's length when `params` is one server's range (see :meth:`record`)."""
         if not self.due(now_s):
             return False
-        self._record(now_s, params, version, pushes)
+        self.record(now_s, params, version, pushes, size)
         return True
 
-    def final(self, now_s: float, params: np.ndarray, version: int, pushes: int = 0) -> None:
-        """Always record the end state (replacing a last snapshot of the same version)."""
+    def final(self, now_s: float, params: np.ndarray, version: int, pushes: int = 0, size: int | None = None) -> int:
+        """Always record the end state (replacing a last snapshot of the same version); the
+        decisions it made, as :meth:`record` returns them."""
+        replaced = 0
         if self.snapshots and self.snapshots[-1].version == version:
             self.snapshots.pop()
-        self._record(now_s, params, version, pushes)
+            replaced = REPLACE
+        return replaced | self.record(now_s, params, version, pushes, size)
 
-    def _record(self, now_s: float, params: np.ndarray, version: int, pushes: int) -> None:
-        fit = max(2, self.max_bytes // max(1, params.size * self.dtype.itemsize))
+    def record(self, now_s: float, params: np.ndarray, version: int, pushes: int = 0, size: int | None = None) -> int:
+        """Copy `params` now, thinning first when full; returns THIN if it thinned (else 0).
+
+        With several servers, server 0 records only its own range: ``size`` is then the whole
+        vector's length, so the memory bound (and every thinning decision) is the one a whole
+        vector would get, and the other servers repeat the decisions on their ranges
+        (:class:`SnapshotPieces`)."""
+        n = params.size if size is None else int(size)
+        fit = max(2, self.max_bytes // max(1, n * self.dtype.itemsize))
+        thinned = 0
         if len(self.snapshots) >= min(self.max_snapshots, fit):
             self._thin()
+            thinned = THIN
         self.snapshots.append(Snapshot(float(now_s), int(version), np.array(params, dtype=self.dtype), int(pushes)))
         self._last_s = float(now_s)
+        return thinned
 
     def _thin(self) -> None:
         """Drop every other snapshot (keeping the first) and double the interval."""
@@ -97,11 +112,47 @@ class SnapshotRecorder:
         self.interval_s *= 2.0
         self._last_s = self.snapshots[-1].time_s
 
+    def assemble(self, n_params: int, own: slice, fill: Callable[[int, np.ndarray], None]) -> None:
+        """The snapshots hold one server's range ``own``: widen each to the whole vector of
+        n_params, and have ``fill(i, whole)`` put the other servers' pieces of snapshot i into it
+        (the end of a run; one snapshot's range is freed as its whole vector is made)."""
+        for i, s in enumerate(self.snapshots):
+            whole = np.empty(n_params, dtype=self.dtype)
+            whole[own] = s.params
+            fill(i, whole)
+            self.snapshots[i] = replace(s, params=whole)
+
     def __len__(self) -> int:
         return len(self.snapshots)
 
     def __iter__(self):
         return iter(self.snapshots)
+
+
+#: snapshot decisions a server k > 0 repeats on its range (an ``Op.SNAPSHOT``'s argument, bits)
+THIN = 1        # drop every other snapshot first (keeping the first)
+REPLACE = 2     # drop the last snapshot first (the end state replaces a snapshot of its version)
+
+
+class SnapshotPieces:
+    """A server k > 0's side of the curve: its range of every snapshot server 0 keeps, made by
+    repeating server 0's decisions in its order (``Op.SNAPSHOT``), so the pieces line up with
+    server 0's snapshots one to one; they go to server 0 once, at the end of the run."""
+
+    def __init__(self, dtype: Any = np.float32):
+        self.dtype = np.dtype(dtype)
+        self.pieces: list[np.ndarray] = []
+
+    def take(self, decisions: int, params: np.ndarray) -> None:
+        """Copy this range now, after the REPLACE and THIN `decisions` server 0 made."""
+        if decisions & REPLACE:
+            self.pieces.pop()
+        if decisions & THIN:
+            self.pieces = self.pieces[::2]
+        self.pieces.append(np.array(params, dtype=self.dtype))
+
+    def __len__(self) -> int:
+        return len(self.pieces)
 
 
 def evaluate_curve(snapshots: Iterable[Snapshot], loss_fn: Callable[[np.ndarray], float],

@@ -8,6 +8,7 @@ import pytest
 
 from launch import checkpoints, run_train
 from mpikanel.engine.messages import PAYLOAD_OFFSET
+from mpikanel.metrics import read_metrics
 from test_checkpoint_e2e import PACED, assert_killed_mid_run, assert_stopped_by_the_signal, finish, finish_after_kill, \
     mid_run, start
 from test_train_e2e import assert_no_lost_work, kill_rank, rank_pids
@@ -23,19 +24,35 @@ def check_servers(s, k):
     assert all(a["keys"][1] == b["keys"][0] for a, b in zip(ranks, ranks[1:]))
     assert all(r["pushes"] == s["deltas_sent"] for r in ranks)
     assert all(r.get("deltas_applied", s["deltas_applied"]) == s["deltas_applied"] for r in ranks)
+    # the loss curve's snapshots come in pieces at the end: the only range a server k > 0 sends
+    # server 0 is its final one
+    assert all(r["slices_sent"] == 1 for r in ranks[1:])
 
 
 def test_bsp_gives_bitwise_the_same_model_on_one_and_two_servers(tmp_path):
-    runs = {}
+    runs, curves = {}, {}
     for k in (1, 2):            # three servers: the sparse-frames test below
-        proc, s = run_train(3 + k, "--servers", str(k), "--sync", "bsp", *RUN, tmp_path=tmp_path)
+        metrics = tmp_path / f"metrics-{k}.h5"
+        proc, s = run_train(3 + k, "--servers", str(k), "--sync", "bsp", *RUN, "--metrics", str(metrics),
+                            "--snapshot-interval", "0.1", tmp_path=tmp_path)
         assert proc.returncode == 0, proc.stderr
         assert s["workers"] == 3 and s["ranks"] == 3 + k
         check_servers(s, k)
         assert_no_lost_work(s)
-        runs[k] = s
+        runs[k], curves[k] = s, read_metrics(metrics)["curve"]
     assert runs[1]["params_sha256"] == runs[2]["params_sha256"]
     assert [w["steps"] for w in runs[2]["per_worker"]] == [w["steps"] for w in runs[1]["per_worker"]]
+    # the curve of two servers' pieces: snapshot points are times, so they differ between runs,
+    # but BSP goes through bitwise the same versions: equal versions have equal losses
+    one, two = curves[1], curves[2]
+    assert len(two["version"]) >= 3 and (two["version"][1:] >= two["version"][:-1]).all()
+    assert two["version"][0] == 0 and two["version"][-1] == one["version"][-1] == runs[1]["deltas_applied"]
+    loss = {int(v): x for v, x in zip(one["version"], one["test_loss"])}
+    common = [(loss[int(v)], x) for v, x in zip(two["version"], two["test_loss"]) if int(v) in loss]
+    assert len(common) >= 2                 # the start and the end at least
+    for a, b in common:
+        assert abs(a - b) <= 1e-12
+    assert two["test_loss"][-1] == one["test_loss"][-1]
 
 
 # the default --l2: CSR steps decay lazily, so deltas stay sparse

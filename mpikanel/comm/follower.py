@@ -3,7 +3,8 @@
 Each receives the workers' slices into a pool of frames (:class:`mpikanel.comm.server.PushPool`;
 a frame is held from a push's arrival until server 0's REPLY op for it) and keeps one persistent
 receive for server 0's CONTROL messages; :class:`mpikanel.engine.follower_core.FollowerCore`
-orders the ops against the pushes. Replies carry the range from a shared per-version snapshot, like server 0's.
+orders the ops against the pushes (and keeps this range of the loss-curve snapshots, which go to
+server 0 after the END op). Replies carry the range from a shared per-version snapshot, like server 0's.
 """
 from __future__ import annotations
 
@@ -47,6 +48,7 @@ class FollowerServer:
         self._control_recv = comm.Recv_init([self._control, MPI.INT64_T], source=PRIMARY, tag=Tag.CONTROL)
         self._pushes = 0
         self._busy_s = 0.0
+        self._slices = 0            # ranges sent to server 0 (the end's gather only: snapshots go in pieces)
 
     def run(self) -> None:
         """Serve until server 0 says END (after which its stats and final range have been sent)."""
@@ -97,6 +99,7 @@ class FollowerServer:
             self._traffic.reply(w, action.version, action.params, action.keys)
             self._traffic.pool.release(w)
         elif op is Op.SLICE:
+            self._slices += 1
             self.comm.Send([action.params, MPI.DOUBLE], dest=PRIMARY, tag=Tag.SLICE)
             if action.arg:
                 scaled = action.unapplied if action.unapplied is not None else np.zeros_like(action.params)
@@ -107,4 +110,9 @@ class FollowerServer:
         elif op is Op.END:
             report = server_report(self.rank, self.keys, self._pushes, self._traffic, self._busy_s, now)
             report["deltas_applied"] = action.deltas_applied
+            report["slices_sent"] = self._slices
+            pieces = self.core.snapshots.pieces
+            report["snapshots"] = len(pieces)
             self.comm.send(report, dest=PRIMARY, tag=Tag.SERVER_STATS)
+            while pieces:               # oldest first; server 0 makes each snapshot whole as it comes
+                self.comm.Send([pieces.pop(0), MPI.FLOAT], dest=PRIMARY, tag=Tag.SNAPSHOT)

@@ -22,7 +22,10 @@ at once, before the pushes that arrived with it (so a probe also sees them queue
 With several servers (``ServerMap``) this is server 0, the one that decides: its core keeps the
 book for all of them, and every apply and answer it makes is replayed on servers 1..K-1
 (:class:`mpikanel.comm.follower.FollowerServer`) through small CONTROL messages of ops; they send
-their key ranges back only for a snapshot and the end, and write their own parts of a checkpoint.
+their key ranges back only at the end, and write their own parts of a checkpoint. The loss curve's
+snapshots are taken in pieces: server 0 copies its range and sends an ``Op.SNAPSHOT`` with its
+thinning decisions, each other server copies its range at the same point of the op order, and
+the pieces come to server 0 once, after the END op (nothing is gathered while serving).
 """
 from __future__ import annotations
 
@@ -274,6 +277,7 @@ class ParameterServer:
         core = self.core
         self._t_start = time.perf_counter()
         out = core.start(0.0)
+        self._ops += out.ops            # the first snapshot (several servers)
         self._arm(out.listen)
         done = out.stop
         pool = self._traffic.pool
@@ -318,6 +322,7 @@ class ParameterServer:
         stats.reply_snapshots_peak = self._traffic.snapshots.peak
         stats.push_buffers = len(pool.frames)
         reports = self._end_followers()
+        self._snapshots_in(reports)
         own = server_report(0, self.smap.range(0), int(stats.pushes.sum()), self._traffic, stats.busy_s, stats.wall_s)
         stats.servers = [own] + reports
         return stats
@@ -331,9 +336,6 @@ class ParameterServer:
             pool.release(w)     # applied (or carried none): the frame takes the next push
         self._listening += len(out.listen)
         self._ops += out.ops          # sent in order at the next flush
-        if out.gather is not None:
-            self._gather(out.gather, False)
-            self.core.on_gathered()
         return out
 
     # --- the other servers (K > 1) ---------------------------------------------------------------
@@ -391,6 +393,21 @@ class ParameterServer:
         MPI.Request.Waitall(self._control_sends)
         self._ended = True
         return reports
+
+    def _snapshots_in(self, reports: list[dict]) -> None:
+        """The other servers' pieces of the loss-curve snapshots, sent after their reports: make
+        server 0's snapshots whole (the end of the run, off the serving path)."""
+        held = [int(r.pop("snapshots", 0)) for r in reports]
+
+        def fill(i: int, whole: np.ndarray) -> None:
+            for k, n in zip(self._followers, held):
+                if i >= n:
+                    raise RuntimeError(f"server {k} kept {n} snapshot pieces, server 0 more")
+                self.comm.Recv([whole[self.smap.range(k)], MPI.FLOAT], source=k, tag=Tag.SNAPSHOT)
+
+        n = self.core.assemble_snapshots(fill)
+        if any(h != n for h in held):
+            raise RuntimeError(f"snapshot pieces per server {held} do not match server 0's {n}")
 
     def _arm(self, workers: list[int]) -> None:
         """Start listening to these workers (every active one)."""

@@ -2,9 +2,11 @@
 
 Server 0 keeps the one book (clocks, policy, budget, plans, cuts) and sends the others its
 decisions as ops, in its order: apply worker w's delta with this scale, answer worker w now,
-send your range, end. A worker pushes one slice to every server at once, so an op may arrive
-before the slice it is about: the follower then waits for that push, and never reorders. The
-parameters on every server therefore go through exactly the versions server 0's range does.
+keep a snapshot of your range for the loss curve, send your range, end. A worker pushes one
+slice to every server at once, so an op may arrive before the slice it is about: the follower
+then waits for that push, and never reorders. The parameters on every server therefore go
+through exactly the versions server 0's range does, and its snapshot pieces are taken at the
+versions server 0's snapshots are.
 """
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..metrics import SnapshotPieces
 from .apply import apply_delta
 from .messages import Op, bits_scale
 from .sparse import ReplyKeys
@@ -47,6 +50,7 @@ class FollowerCore:
         self.ops: deque[tuple[int, int, int]] = deque()
         self.ended = False
         self.deltas_applied = 0
+        self.snapshots = SnapshotPieces()    # this range of server 0's loss-curve snapshots
 
     def add_ops(self, buf: np.ndarray) -> None:
         """Queue the ops of one CONTROL message (int64 ``[n, kind, w, arg, ...]``)."""
@@ -73,6 +77,8 @@ class FollowerCore:
         if op is Op.REPLY:
             self.arrived[w] = False
             return Action(op, w, arg, self.version, self.params, self.replies.reply(w, self.version))
+        if op is Op.SNAPSHOT:       # server 0's snapshot of its range, made at this point of its order
+            self.snapshots.take(int(arg), self.params)
         if op is Op.END:
             self.ended = True
         return Action(op, w, arg, self.version, self.params, unapplied=self.unapplied,

@@ -35,6 +35,8 @@ class Tag(IntEnum):
     SERVER_STATS = 18  # server k > 0 -> server 0: its counters at the end (pickled; once)
     REPLY_DATA = 19   # server -> worker, dense frames: the range of a REPLY, sent from the shared
                       # snapshot as its own contiguous message (a joined datatype is packed by MPI)
+    SNAPSHOT = 20     # server k > 0 -> server 0, after its SERVER_STATS: its range of each loss-curve
+                      # snapshot, oldest first (float32; once, at the end of the run)
 
 
 class H(IntEnum):
@@ -87,14 +89,17 @@ class Op(IntEnum):
     SLICE = 3   # send your range to server 0 (SLICE tag); arg: 1 = and what was scaled away
     END = 4     # every worker has left: send your stats, then stop
     CHECKPOINT = 5  # write your part of checkpoint number arg, send its manifest entry (STATE tag)
+    SNAPSHOT = 6    # keep a copy of your range for the loss curve; arg: server 0's thinning decisions
+                    # (mpikanel.metrics THIN, REPLACE bits); the copies go to server 0 after END
 
 
 OP_INTS = 3
 
 
 def control_ints(n_workers: int) -> int:
-    """Length of a CONTROL buffer: every worker applied and answered, plus a slice, a checkpoint and an end."""
-    return 1 + OP_INTS * (2 * n_workers + 3)
+    """Length of a CONTROL buffer: every worker applied and answered, plus a slice, a checkpoint,
+    a snapshot and an end."""
+    return 1 + OP_INTS * (2 * n_workers + 4)
 
 
 def scale_bits(scale: float) -> int:

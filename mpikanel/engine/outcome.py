@@ -31,8 +31,8 @@ class Outcome:
     free: list[int] = field(default_factory=list)        # workers whose push frames take the next push now
     listen: list[int] = field(default_factory=list)      # workers whose next push the server now waits for
     ops: list[tuple[int, int, int]] = field(default_factory=list)   # decisions the other servers replay, in order
-    gather: np.ndarray | None = None   # the whole parameter vector: fill the other servers' ranges of it,
-                                       # then call ``on_gathered`` (``finish`` after ``on_end``)
+    gather: np.ndarray | None = None   # (``on_end`` only) the whole parameter vector: fill the other
+                                       # servers' ranges of it, then call ``finish``
     collect: list[int] = field(default_factory=list)     # workers whose checkpoint entries to receive (``on_entries``)
     cut: bool = False             # those entries complete a checkpoint cut: ``on_entries`` writes it
     stop: bool = False            # the run ends after this (every worker has left, or a stop checkpoint)

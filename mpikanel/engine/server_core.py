@@ -144,8 +144,7 @@ class ServerCore:
         self._deltas: list[np.ndarray | tuple[np.ndarray, np.ndarray] | None] = [None] * n_workers
         self._arrived_since_release = 0
         self._stop_now = False                     # the answers just made end the run (a stop cut)
-        # (time, deltas applied) of a snapshot waiting for the other servers' ranges
-        self._snapshot_at: tuple[float, int] | None = None
+        self._final_snapshot = False               # (lead) on_end took the end state's snapshot
         self.update_norm = 0.0                     # EWMA of the norm of one applied delta
         self.service_s = 0.0                       # EWMA of the seconds spent handling one push
         self.recv_bps = 0.0                        # EWMA of bytes per second received
@@ -183,8 +182,10 @@ class ServerCore:
         """First snapshot of the parameters; every worker starts from them (at this version).
         The transport listens to every active worker."""
         self.replies = ReplyKeys(self.push_mode, self.params[self.keys].size, self.n_workers, self.book.version)
-        if self.recorder is not None:
-            self.recorder.maybe_snapshot(now, self.params, self.book.version, self.stats.deltas_applied)
+        if self.recorder is not None and self.recorder.due(now):
+            ops = self._snapshot(now)
+            if self.ops is not None:
+                self.ops.extend(ops)
         if self.checkpoints is not None:
             self.checkpoints.start(now)
         return self._outcome(listen=[int(w) for w in np.flatnonzero(self.book.active)])
@@ -273,20 +274,22 @@ class ServerCore:
         out = self._release(now)
         out.cut = cut is not None and self.checkpoints.collecting()
         if self.recorder is not None and self.recorder.due(now):
-            if self.ops is None:
-                self.recorder.maybe_snapshot(now, self.params, self.book.version, self.stats.deltas_applied)
-            else:
-                out.gather, self._snapshot_at = self.params, (now, self.stats.deltas_applied)
+            out.ops.extend(self._snapshot(now))     # after this tick's applies, as the others replay them
         if self.on_progress is not None:
             self.on_progress(self.stats)
         return out
 
-    def on_gathered(self) -> None:
-        """The other servers' ranges are in ``params`` (an outcome's ``gather``): take the snapshot."""
-        if self._snapshot_at is not None:
-            at, pushes = self._snapshot_at
-            self.recorder.maybe_snapshot(at, self.params, self.book.version, pushes)
-            self._snapshot_at = None
+    def _snapshot(self, now: float, final: bool = False) -> list[tuple[int, int, int]]:
+        """Snapshot the parameters for the curve. Leading several servers: only this server's
+        range, counted as the whole vector for the thinning; returns the op that has the others
+        copy their ranges now, with the same decisions (nothing is gathered while serving)."""
+        st, rec = self.stats, self.recorder
+        take = rec.final if final else rec.record
+        if self.ops is None:
+            take(now, self.params, self.book.version, st.deltas_applied)
+            return []
+        decisions = take(now, self.params[self.keys], self.book.version, st.deltas_applied, size=self.params.size)
+        return [(Op.SNAPSHOT, 0, decisions)]
 
     def _release(self, now: float) -> Outcome:
         book = self.book
@@ -366,7 +369,11 @@ class ServerCore:
 
     def on_end(self, now: float) -> Outcome:
         """Serving is over: the transport gathers the other servers' ranges (and what they scaled
-        away) into the outcome's ``gather``, then calls :meth:`finish`."""
+        away) into the outcome's ``gather``, then calls :meth:`finish`. Leading several servers,
+        the end state's snapshot is taken here, as an op the others replay before the gather."""
+        if self.ops is not None and self.recorder is not None:
+            self.ops.extend(self._snapshot(now, final=True))
+            self._final_snapshot = True
         return self._outcome(gather=None if self.ops is None else self.params)
 
     def finish(self, now: float, unapplied: np.ndarray | None = None) -> ServerStats:
@@ -381,11 +388,20 @@ class ServerCore:
                 st.unapplied[self.keys] = own
         if self.checkpoints is not None and not self.stopped:
             self.checkpoints.final(now, self._part())
-        if self.recorder is not None:
-            self.recorder.final(now, self.params, self.book.version, st.deltas_applied)
+        if self.recorder is not None and not self._final_snapshot:
+            self._snapshot(now, final=True)
         st.policy_report = self.policy.report() if hasattr(self.policy, "report") else None
         st.stopped = self.stopped
         return st
+
+    def assemble_snapshots(self, fill: Callable[[int, np.ndarray], None]) -> int:
+        """After the end (leading several servers): make each snapshot of this server's range
+        whole, ``fill(i, whole)`` receiving the other servers' pieces of snapshot i; returns how
+        many snapshots there are (0 without a recorder or with one server)."""
+        if self.recorder is None or self.ops is None:
+            return 0
+        self.recorder.assemble(self.params.size, self.keys, fill)
+        return len(self.recorder)
 
     def state(self) -> tuple[dict, dict[str, np.ndarray]]:
         """The server's resumable state: JSON-able part and arrays (between rounds only)."""

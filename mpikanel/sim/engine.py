@@ -271,8 +271,6 @@ class Simulator:
         core.on_push(push, self.now)        # no frames to free, no ops to forward, service modelled
         core.on_served(service, self._share(nbytes), self.now)
         out = core.on_tick(self.now)
-        if out.gather is not None:
-            core.on_gathered()
         self._stopped = out.stop
         if not out.replies:
             return
