@@ -348,3 +348,12 @@ def test_bench_sync_quick_paced_runs_the_baselines_paced_too(tmp_path):
         assert r["ok"] and "--step-time" in r["command"] and r["pacing_held"] is not None
     md = (out / "results.md").read_text()
     assert "paced at --step-time 0.005 s" in md and "`--slowdown 1:4 --step-time 0.005`" in md
+
+
+def test_baselines_have_no_pushes_to_target_rather_than_not_held():
+    runs = [_rec(m, lr=0.2, seed=0, held_s=2.0, touch_s=1.0, test_loss=0.3, test_accuracy=0.8, total_wait_s=1.0,
+                 wall_s=5.0, samples=1000, step_time_ratio=1.1) for m in ("allreduce", "bsp")]
+    rows = {m: dict(zip(bench.HEADERS, bench.table_row(m, {"lr": 0.2, "warning": None}, [r], [2.0])))
+            for m, r in zip(("allreduce", "bsp"), runs)}
+    assert rows["allreduce"]["pushes to target"] == rows["allreduce"]["MB to target"] == "-"
+    assert rows["bsp"]["pushes to target"] == "not held"   # a server model that pushed nothing by then

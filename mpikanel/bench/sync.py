@@ -667,9 +667,13 @@ def table_row(model: str, choice: dict, runs: list[dict], bsp_held: list[float |
         return format_spread([r[key] for r in ok if r.get(key) is not None], spec)
 
     seeds = f" ({len(ok)}/{len(runs)} seeds ok)" if len(ok) < len(runs) else ""
+    if model_run(model, 2).module == "mpikanel.train":
+        pushes = [format_spread([r.get("pushes_to_target") for r in ok], ".0f", "not held"),
+                  format_spread([r.get("mb_to_target") for r in ok], ".3g", "not held")]
+    else:  # a baseline: no server, nothing pushed
+        pushes = ["-", "-"]
     return [model, f"{choice['lr']:g}" + (" (edge)" if choice["warning"] else "") + seeds, format_time(held),
-            ratio_to(bsp_held, held), format_spread([r.get("pushes_to_target") for r in ok], ".0f", "not held"),
-            format_spread([r.get("mb_to_target") for r in ok], ".3g", "not held"),
+            ratio_to(bsp_held, held), *pushes,
             format_time([r["touch_s"] for r in ok], "touched"),
             col("test_loss", ".4f"), col("test_accuracy", ".4f"), col("total_wait_s", "time"),
             col("wall_s", "time"), col("samples", ".0f"), col("step_time_ratio", ".2f")]
