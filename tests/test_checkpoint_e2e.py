@@ -371,3 +371,28 @@ def test_resume_on_another_worker_count_loses_no_work(tmp_path):
     assert proc.returncode == 0 and grown is None, proc.stderr
     assert proc.stdout.strip() == (f"mpikanel: {s['checkpoint']} is the end of its run ({s['samples_budget']} of "
                                    f"{s['samples_budget']} samples done); nothing left"), proc.stdout
+
+
+SPARSE_CKPT = ["--data", "synthetic-sparse", "--model", "logistic", "--synthetic-features", "20000", "--lr", "0.3",
+               "--push", "sparse", "--budget", "per-worker"]
+
+
+@pytest.mark.parametrize("sync,l2", [("bsp", "0"), ("esp", "0"), ("esp", "1e-4")])
+def test_sparse_workers_parts_from_touched_keys_resume_with_no_work_lost(sync, l2, tmp_path):
+    # sparse frames: workers track the keys their steps change and write their parts from them
+    # (unsent work, produced sums, lazy-L2 stamps); ESP trains on while a push is in flight, so
+    # its parts hold unsent work
+    ck = tmp_path / "ck"
+    args = [*RUN, *SPARSE_CKPT, "--sync", sync, "--l2", l2]
+    proc, full = run_train(4, *args, "--checkpoint-dir", str(ck), "--checkpoint-every", "150steps",
+                           "--keep-checkpoints", "10", tmp_path=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    paths = checkpoints(ck)
+    assert len(paths) >= 3
+    path = paths[len(paths) // 2]
+    proc, resumed = run_train(4, *args, "--resume", str(path), tmp_path=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert_no_lost_work(resumed)
+    assert [w["steps"] for w in resumed["per_worker"]] == [w["steps"] for w in full["per_worker"]]
+    if sync == "bsp":
+        assert resumed["params_sha256"] == full["params_sha256"]

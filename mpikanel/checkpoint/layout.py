@@ -12,12 +12,16 @@ from typing import Any
 
 import numpy as np
 
+from ..engine.sparse import KeyedVector
+
 FORMAT = "mpikanel-checkpoint"
 SCHEMA = 2
 MANIFEST = "manifest.json"
 NAME_PATTERN = re.compile(r"^ckpt-(\d{6,})$")
 #: a float64 vector with at most this fraction of nonzero entries is stored as its keys and values
 SPARSE_AT = 0.25
+#: ... if it has at least this many entries
+SPARSE_MIN = 1024
 
 
 @dataclass
@@ -66,23 +70,39 @@ def sha256_of(path: Path) -> str:
     return h.hexdigest()
 
 
-def put_array(group: Any, name: str, value: np.ndarray) -> None:
+def put_array(group: Any, name: str, value: np.ndarray | KeyedVector) -> None:
     """A dataset, or for a mostly-zero float64 vector (unsent work, a sparse model) a group of its
-    nonzero keys and values: bitwise the same vector back (-0.0 counts as nonzero)."""
+    nonzero keys and values: bitwise the same vector back (-0.0 counts as nonzero). A
+    KeyedVector (a tracked worker's part) is stored alike without a pass over the whole vector,
+    unless it goes dense."""
+    if isinstance(value, KeyedVector):
+        if _sparse(value.size, value.keys.size):
+            _put_keyed(group, name, value.size, value.keys, value.values)
+            return
+        value = value.dense()
     value = np.ascontiguousarray(value)
-    if value.dtype == np.float64 and value.ndim == 1 and value.size >= 1024:
+    if value.dtype == np.float64 and value.ndim == 1 and value.size >= SPARSE_MIN:
         keys = np.flatnonzero(value.view(np.int64))
-        if keys.size <= SPARSE_AT * value.size:
-            g = group.create_group(name)
-            g.attrs["size"] = value.size
-            g.create_dataset("keys", data=keys.astype(np.int32 if value.size < 2**31 else np.int64))
-            g.create_dataset("values", data=value[keys])
+        if _sparse(value.size, keys.size):
+            _put_keyed(group, name, value.size, keys, value[keys])
             return
     group.create_dataset(name, data=value)
 
 
+def _sparse(size: int, nnz: int) -> bool:
+    """Whether a float64 vector of `size` with `nnz` nonzero entries is stored as keys and values."""
+    return size >= SPARSE_MIN and nnz <= SPARSE_AT * size
+
+
+def _put_keyed(group: Any, name: str, size: int, keys: np.ndarray, values: np.ndarray) -> None:
+    g = group.create_group(name)
+    g.attrs["size"] = size
+    g.create_dataset("keys", data=keys.astype(np.int32 if size < 2**31 else np.int64))
+    g.create_dataset("values", data=values)
+
+
 def get_array(node: Any) -> np.ndarray:
-    """The array :func:`_put` stored."""
+    """The array :func:`put_array` stored."""
     import h5py
 
     if isinstance(node, h5py.Group):

@@ -40,9 +40,10 @@ def reshape(ckpt: Checkpoint, ranks: int) -> Checkpoint:
     unsent = np.zeros_like(ckpt.params)
     for w in ckpt.workers:          # one worker's arrays at a time (read from its part if not loaded)
         saved = worker_state(w)
-        unsent += np.asarray(saved["unsent"], dtype=np.float64)
+        own = np.asarray(saved["unsent"], dtype=np.float64)
+        unsent += own
         if "lazy_stamps" in saved:  # the decay a lazy-L2 worker still owed goes in too
-            unsent += owed_decay(ckpt.params + saved["unsent"], saved["lazy_stamps"], saved["state"]["lazy_prod"])
+            unsent += owed_decay(ckpt.params + own, saved["lazy_stamps"], saved["state"]["lazy_prod"])
     unsent_samples = sum(int(w["state"]["schedule"].get("unsent_samples", 0)) for w in ckpt.workers)
     params = ckpt.params + unsent
     budget = dict(ckpt.server["budget"], counted=int(ckpt.server["budget"]["counted"]) + unsent_samples, lease=None)

@@ -13,6 +13,7 @@ from typing import Any, Iterator
 
 import numpy as np
 
+from ..engine.sparse import KeyedVector
 from ..errors import CheckpointError
 from .layout import (FORMAT, MANIFEST, SCHEMA, Checkpoint, checkpoint_dir, checkpoint_paths, fsync_path,
                      next_seq, put_array, sha256_of)
@@ -41,7 +42,7 @@ def _writing(path: Path) -> Iterator[None]:
 
 
 def write_part(directory: str | Path, seq: int, role: str, index: int, attrs: dict,
-               arrays: dict[str, np.ndarray], book: dict[str, np.ndarray] | None = None,
+               arrays: dict[str, np.ndarray | KeyedVector], book: dict[str, np.ndarray] | None = None,
                pause_s: float = 0.0) -> dict:
     """Write one rank's part of checkpoint `seq` (temporary name, fsync, rename); its manifest entry."""
     import h5py
@@ -86,8 +87,9 @@ def write_server_part(directory: str | Path, seq: int, k: int, keys: slice, para
 
 
 def write_worker_part(directory: str | Path, seq: int, w: int, saved: dict, pause_s: float = 0.0) -> dict:
-    """Worker w's part: its resumable state (``WorkerCore.capture``)."""
-    arrays = {key: np.asarray(saved[key]) for key in ("unsent", "produced", "order", "lazy_stamps") if key in saved}
+    """Worker w's part: its resumable state (``WorkerCore.capture``; KeyedVectors stay keyed)."""
+    arrays = {key: saved[key] if isinstance(saved[key], KeyedVector) else np.asarray(saved[key])
+              for key in ("unsent", "produced", "order", "lazy_stamps") if key in saved}
     return write_part(directory, seq, "worker", w, {"state": json.dumps(saved["state"])}, arrays, pause_s=pause_s)
 
 

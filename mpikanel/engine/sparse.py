@@ -4,10 +4,13 @@ its payload, and which keys changed since a version (what a sparse reply must ca
 A sparse frame's payload is ``[int64 keys x nnz | float64 values x nnz]`` (keys local to the
 receiving server's range, sorted, unique); a dense one is the whole range as float64. A sparse
 frame costs 16 bytes per key against 8 per parameter, so ``auto`` goes sparse below half.
+A :class:`KeyedVector` is a vector given by its nonzero keys and values (a tracked worker's
+checkpoint arrays).
 """
 from __future__ import annotations
 
 from collections import deque
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -118,3 +121,29 @@ class ReplyKeys:
             return None
         keys = self.log.since(last)
         return keys if keys is not None and use_sparse(self.mode, keys.size, self.log.n) else None
+
+
+@dataclass(frozen=True, eq=False)
+class KeyedVector:
+    """A float64 vector of `size` given by its nonzero entries: sorted keys and their values
+    (every other entry is +0.0; -0.0 counts as nonzero). ``np.asarray`` gives the dense vector."""
+
+    size: int
+    keys: np.ndarray
+    values: np.ndarray
+
+    @classmethod
+    def at(cls, size: int, keys: np.ndarray, values: np.ndarray) -> "KeyedVector":
+        """The vector holding `values` at the sorted `keys` (zero ones dropped) and +0.0 elsewhere."""
+        nz = values.view(np.int64) != 0
+        return cls(size, keys[nz], values[nz])
+
+    def dense(self) -> np.ndarray:
+        """The whole vector."""
+        out = np.zeros(self.size)
+        out[self.keys] = self.values
+        return out
+
+    def __array__(self, dtype=None, copy=None) -> np.ndarray:
+        out = self.dense()
+        return out if dtype is None else out.astype(dtype)

@@ -36,6 +36,7 @@ from ..kernels import BoundModel, LazyDecay, lazy_decay
 from ..lr_schedule import scheduled_rate
 from ..sync.schedule import Action, Schedule, WorkerState
 from .key_tracker import KeyTracker
+from .part_keys import PartKeys
 
 RTT_EWMA_ALPHA = 0.3
 #: bytes of a probe (header and meta, no payload): what an injected link delay is charged for it
@@ -292,6 +293,8 @@ class _Worker:
         # with a KeyTracker, pushes read only the keys steps changed; at_send then equals local
         # wherever no step changed a key since the last push (push and merge keep it so)
         self.tracker: KeyTracker | None = None
+        # with a tracker, the keys a checkpoint part can be nonzero at (no model-sized pass at a cut)
+        self.part_keys: PartKeys | None = None
         # CSR rows with L2: steps decay only the features they touch (kernels.lazy), flushed
         # before the last push; a checkpoint part holds the stamps
         self.lazy: LazyDecay | None = None
@@ -303,12 +306,14 @@ class _Worker:
         keys = self.lazy.flush(self.local)
         if self.tracker is not None:
             self.tracker.add_keys(keys)
+            self.part_keys.flushed()
 
     def track(self, tracker: KeyTracker) -> None:
         """Push only the keys the tracker saw change (and any unsent work already in local)."""
         self.tracker = tracker
         tracker.add_keys(np.flatnonzero(self.local != self.base))
         self.at_send[:] = self.local
+        self.part_keys = PartKeys.seeded(self.stats.produced, self.lazy)
 
     def _frame_delta(self) -> int:
         """Put every unsent step (local - base) in the client's frames; the payload bytes."""
@@ -324,9 +329,11 @@ class _Worker:
         values = self.local[keys] - self.base[keys]
         self._check_finite(values)
         self.at_send[keys] = self.local[keys]
+        self.part_keys.stepped(keys)
         nz = np.flatnonzero(values)
         keys, values = keys[nz], values[nz]
         self.stats.produced[keys] += values
+        self.part_keys.pushed(keys)
         return self.client.pack_keys(keys, values)
 
     def _check_finite(self, delta: np.ndarray) -> None:
@@ -357,10 +364,11 @@ class _Worker:
 
     def capture(self, finished: bool) -> dict:
         """Resumable state for a checkpoint part, valid until the worker trains on (the part is
-        written at once): the arrays are its own (``produced``, ``order``) or new (``unsent``),
-        with no copy of the model-sized ones, which at 10M parameters cost the cut more CPU than
-        writing the part. With lazy decay the part holds its stamps and product (no flush: the
-        checkpoint changes nothing in the run)."""
+        written at once). With a tracker, ``unsent``, ``produced`` and ``lazy_stamps`` are
+        KeyedVectors read at the touched keys only (PartKeys); otherwise the arrays are its own
+        (``produced``, ``order``) or new (``unsent``), with no copy of the model-sized ones. With
+        lazy decay the part holds its stamps and product (no flush: the checkpoint changes
+        nothing in the run)."""
         st = asdict(self.st)
         st["pending"] = st["probing"] = False
         stats = {f.name: getattr(self.stats, f.name) for f in fields(self.stats) if f.name != "produced"}
@@ -368,15 +376,21 @@ class _Worker:
                           "schedule": st, "base_version": self.base_version, "stats": stats,
                           "injector_step": self.injector.step, "allowance": self.allowance,
                           "budget_finished": self.finished, "counted": self.counted},
-                "unsent": self.local - self.base, "produced": self.stats.produced, "order": self.cursor.order}
+                "order": self.cursor.order}
+        if self.part_keys is not None:
+            part.update(self.part_keys.encode(self.local, self.base, self.stats.produced, self.tracker))
+        else:
+            part["unsent"], part["produced"] = self.local - self.base, self.stats.produced
+            if self.lazy is not None:
+                part["lazy_stamps"] = self.lazy.saved()[0]
         if self.lazy is not None:
-            part["lazy_stamps"], part["state"]["lazy_prod"] = self.lazy.saved()
+            part["state"]["lazy_prod"] = float(self.lazy.prod[0])
         return part
 
     def restore(self, saved: dict) -> None:
         """Continue from a checkpointed state: local = global + the unsent work."""
         state = saved["state"]
-        self.local += saved["unsent"]
+        self.local += np.asarray(saved["unsent"])
         self.base_version = int(state["base_version"])
         self.cursor.restore(state["cursor"], saved["order"])
         self.step = self.cursor.step
@@ -390,7 +404,7 @@ class _Worker:
             setattr(self.stats, key, value)
         self.stats.produced = np.array(saved["produced"], dtype=np.float64)
         if self.lazy is not None and "lazy_stamps" in saved:
-            self.lazy.load(saved["lazy_stamps"], float(state["lazy_prod"]))
+            self.lazy.load(np.asarray(saved["lazy_stamps"]), float(state["lazy_prod"]))
 
     def merge(self, reply) -> None:
         """Take the server's parameters, keeping steps made since the push."""

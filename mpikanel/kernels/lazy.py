@@ -103,6 +103,7 @@ class LazyDecay:
     units: int              # weights per feature (U)
     stamps: np.ndarray      # float64 (d,): the running product when each feature was last caught up
     prod: np.ndarray        # float64 (1,): the running product now
+    rebased: bool = False   # a rebase since the last flush or load: any stamp may differ from 1
 
     def step(self, w: np.ndarray, idx: np.ndarray, lr: float, l2: float, scratch: np.ndarray) -> None:
         """One minibatch SGD step on rows idx with lazy decay (BoundModel.step's signature)."""
@@ -121,6 +122,7 @@ class LazyDecay:
         np.minimum(self.stamps, STAMP_MAX * self.prod[0], out=self.stamps)
         np.divide(self.stamps, self.prod[0], out=self.stamps)
         self.prod[0] = 1.0
+        self.rebased = True
 
     def saved(self) -> tuple[np.ndarray, float]:
         """The state for a checkpoint: the stamps with 1.0 stored as 0.0 (mostly-zero, so the part
@@ -131,6 +133,7 @@ class LazyDecay:
         """Continue from a checkpoint's ``saved()`` state."""
         self.stamps[:] = np.where(stamps == 0.0, 1.0, stamps)
         self.prod[0] = prod
+        self.rebased = False
 
     def pending(self) -> bool:
         """Whether some feature still owes decay."""
@@ -143,6 +146,7 @@ class LazyDecay:
         n = _flush(w, self.stamps, self.prod[0], self.units, keys)
         self.stamps.fill(1.0)
         self.prod[0] = 1.0
+        self.rebased = False
         return keys[:n]
 
 
@@ -164,6 +168,7 @@ def lazy_decay(data, l2: float) -> LazyDecay | None:
 
 def owed_decay(w: np.ndarray, saved_stamps: np.ndarray, prod: float) -> np.ndarray:
     """What flushing a checkpointed lazy state (``LazyDecay.saved``) would add to the worker's w."""
+    saved_stamps = np.asarray(saved_stamps)
     stamps = np.where(saved_stamps == 0.0, 1.0, saved_stamps)
     head = stamps.size * linear_units(w.size, stamps.size)
     out = np.zeros_like(w)
