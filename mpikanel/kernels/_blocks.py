@@ -21,6 +21,9 @@ is float64: float32 data is widened once per minibatch (``gather_rows``).
 
 ``gemm(out, A, trans_a, B, alpha, beta)`` tiles a whole product with these micro-kernels.
 Results are deterministic for given shapes (fixed order of summation per output).
+
+numba's on-disk cache of a kernel is keyed on the kernel's own source file only: after editing this
+file, clear the numba cache (or edit the kernel modules) or _linear's and mlp's kernels keep the old code.
 """
 
 from __future__ import annotations
