@@ -1,9 +1,15 @@
-"""Register-blocked small dense products for the minibatch kernels (explicit SIMD from LLVM IR).
+"""Small dense products for the minibatch kernels: BLAS gemm when SciPy is installed, else register-blocked loops.
 
-The multiclass and MLP steps process a minibatch as a few small dense products (64 x 100 times
-100 x 10 and the like).  LLVM's loop vectoriser does poorly on those shapes from plain numba
-loops (it vectorises the reduction and pays a horizontal sum per output, or gathers), so the one
-micro-kernel they share is written here as an intrinsic over explicit ``<4 x double>`` vectors:
+``blas_product`` runs a product through numba's ``np.dot``, which calls BLAS gemm through
+``scipy.linalg.cython_blas`` (SciPy is needed when such a kernel compiles and runs); ``loop_product``
+runs the same on the micro-kernels below, with no dependency beyond numba.  ``HAVE_BLAS`` says
+whether SciPy is importable; kernels pick their BLAS variant only when it is true.
+
+The MLP step (and the multiclass steps without SciPy) process a minibatch as a few small dense
+products (64 x 100 times 100 x 10 and the like).  LLVM's loop vectoriser does poorly on those shapes
+from plain numba loops (it vectorises the reduction and pays a horizontal sum per output, or
+gathers), so the one micro-kernel they share is written here as an intrinsic over explicit
+``<4 x double>`` vectors:
 
     out[r, c] = beta * out[r, c] + alpha * sum_k A[r, k] * B[k, c]      r < MR, c < ncols <= 4*NV
 
@@ -15,10 +21,14 @@ is float64: float32 data is widened once per minibatch (``gather_rows``).
 
 ``gemm(out, A, trans_a, B, alpha, beta)`` tiles a whole product with these micro-kernels.
 Results are deterministic for given shapes (fixed order of summation per output).
+
+numba's on-disk cache of a kernel is keyed on the kernel's own source file only: after editing this
+file, clear the numba cache (or edit the kernel modules) or _linear's and mlp's kernels keep the old code.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import math
 
 import numpy as np
@@ -28,7 +38,10 @@ from numba import njit, types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-from ._intrinsics import int_bits_as_float
+from ._intrinsics import PREFETCH_ROWS, int_bits_as_float, prefetch_row
+
+#: Whether SciPy (whose cython_blas numba's np.dot calls) is installed: found without importing it.
+HAVE_BLAS = importlib.util.find_spec("scipy") is not None
 
 VW = 4          # doubles per vector (256-bit: two FMA pipes on AVX2 and AVX-512 machines alike)
 NV_MAX = 4      # vectors per tile row: tiles are up to MR_MAX x 16 columns
@@ -208,10 +221,44 @@ def gemm(out, A, trans_a, B, alpha, beta):
 
 
 @njit(cache=True, fastmath=True, nogil=True)
+def _dot(out, A, trans_a, B):
+    """out = op(A) @ B through numba's np.dot (BLAS gemm; gemv when a side is one row or column)."""
+    if trans_a:
+        np.dot(A.T, B, out)
+    else:
+        np.dot(A, B, out)
+
+
+@njit(cache=True, fastmath=True, nogil=True)
+def blas_product(out, A, trans_a, B, accumulate):
+    """out = op(A) @ B, or out += op(A) @ B when accumulate, on BLAS; float64 C-contiguous 2-D, shapes as gemm's."""
+    if not accumulate:
+        _dot(out, A, trans_a, B)
+        return
+    tmp = np.empty_like(out)   # gemm through np.dot has no beta: only batches of several row blocks get here
+    _dot(tmp, A, trans_a, B)
+    o = out.reshape(out.size)
+    t = tmp.reshape(tmp.size)
+    for i in range(o.shape[0]):
+        o[i] += t[i]
+
+
+@njit(cache=True, fastmath=True, nogil=True)
+def loop_product(out, A, trans_a, B, accumulate):
+    """blas_product on the register-blocked micro-kernels (no SciPy needed)."""
+    gemm(out, A, trans_a, B, 1.0, 1.0 if accumulate else 0.0)
+
+
+@njit(cache=True, fastmath=True, nogil=True)
 def gather_rows(X, idx, Xb):
     """Xb[k, :] = X[idx[k], :] widened to float64 (Xb has at least len(idx) rows)."""
     d = X.shape[1]
-    for k in range(idx.shape[0]):
+    n = idx.shape[0]
+    for k in range(min(PREFETCH_ROWS, n)):
+        prefetch_row(X, idx[k])
+    for k in range(n):
+        if k + PREFETCH_ROWS < n:
+            prefetch_row(X, idx[k + PREFETCH_ROWS])
         i = idx[k]
         for j in range(d):
             Xb[k, j] = X[i, j]

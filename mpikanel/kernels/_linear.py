@@ -21,7 +21,7 @@ import math
 import numpy as np
 from numba import njit
 
-from ._blocks import block_rows, exp_fast, gather_rows, gemm, scratch_rows
+from ._blocks import HAVE_BLAS, blas_product, block_rows, exp_fast, gather_rows, loop_product, scratch_rows
 from ._intrinsics import PREFETCH_ROWS, prefetch_row, prefetch_span
 from .lazy import catch_up
 
@@ -132,13 +132,14 @@ def _csr_logits(w, indptr, indices, data, i, U, d, z):
             z[u] += v * w[off + u]
 
 
-@njit(cache=True, fastmath=True, nogil=True)
-def dense_step(w, X, y, idx, lr, l2, C, scratch, kind):
+@njit(cache=True, fastmath=True, nogil=True, inline="always")
+def _dense_step(w, X, y, idx, lr, l2, C, scratch, kind, product):
     """One minibatch SGD step in place on dense rows: w -= lr * (mean loss gradient + l2*weights).
 
-    Multiclass: the minibatch as small dense blocks (see _blocks): widen its rows to float64
-    Xb, Z = Xb @ W + b, residuals in place, then W = (1 - lr*l2) W - lr/nb * Xb^T R straight into
-    the flat vector (batches larger than the scratch's row block: gradient accumulated per block).
+    Multiclass: the minibatch as small dense blocks (see _blocks): widen its rows to float64 Xb,
+    Z = Xb @ W (+ b, added with the residuals, in place), G = Xb^T R (summed over the blocks of
+    batches larger than the scratch's row block), then W = (1 - lr*l2) W - lr/nb G.  `product` is
+    blas_product or loop_product (a compile-time choice: the two callers below).
     """
     d = X.shape[1]
     U = _units(kind, C)
@@ -153,42 +154,54 @@ def dense_step(w, X, y, idx, lr, l2, C, scratch, kind):
         return
     rb = block_rows(scratch.shape[0] - (ud + 2 * U), d + U)
     gb = scratch[ud: ud + U]
-    zb = scratch[ud + U: ud + 2 * U]
     blk = scratch[ud + 2 * U:]
     W = w[:ud].reshape(d, U)
+    b = w[ud:]
     G = scratch[:ud].reshape(d, U)
     for u in range(U):
         gb[u] = 0.0
-    single = nb <= rb
-    inv = 1.0 / nb
     for k0 in range(0, nb, rb):
         rows = min(rb, nb - k0)
         Xb = blk[: rows * d].reshape(rows, d)
         Z = blk[rows * d: rows * (d + U)].reshape(rows, U)
         gather_rows(X, idx[k0: k0 + rows], Xb)
-        for k in range(rows):
-            for u in range(U):
-                Z[k, u] = w[ud + u]
-        gemm(Z, Xb, False, W, 1.0, 1.0)
-        _residual_block(kind, Z, y, idx, k0, C, gb)
-        if single:
-            gemm(W, Xb, True, Z, -lr * inv, 1.0 - lr * l2)
-        else:
-            gemm(G, Xb, True, Z, 1.0, 0.0 if k0 == 0 else 1.0)
-    if not single:
-        for j in range(ud):
-            w[j] -= lr * (scratch[j] * inv + l2 * w[j])
+        product(Z, Xb, False, W, False)
+        _residual_block(kind, Z, b, y, idx, k0, C, gb)
+        product(G, Xb, True, Z, k0 > 0)
+    alpha = -lr / nb
+    beta = 1.0 - lr * l2
+    for j in range(ud):
+        w[j] = beta * w[j] + alpha * scratch[j]
     for u in range(U):
-        w[ud + u] -= lr * (gb[u] * inv)
+        w[ud + u] += alpha * gb[u]
+
+
+@njit(cache=True, fastmath=True, nogil=True)
+def dense_step_blas(w, X, y, idx, lr, l2, C, scratch, kind):
+    """dense_step with its two products on BLAS gemm (needs SciPy)."""
+    _dense_step(w, X, y, idx, lr, l2, C, scratch, kind, blas_product)
+
+
+@njit(cache=True, fastmath=True, nogil=True)
+def dense_step_loop(w, X, y, idx, lr, l2, C, scratch, kind):
+    """dense_step with its two products on the register-blocked loops of _blocks (no SciPy)."""
+    _dense_step(w, X, y, idx, lr, l2, C, scratch, kind, loop_product)
+
+
+#: One minibatch SGD step in place on dense rows (see _dense_step): on BLAS when SciPy is installed.
+dense_step = dense_step_blas if HAVE_BLAS else dense_step_loop
 
 
 @njit(cache=True, fastmath=True, nogil=True, inline="always")
-def _residual_block(kind, Z, y, idx, k0, C, gb):
-    """Overwrite the logits Z (rows x U) of minibatch rows idx[k0:] with dloss/dz; add them into gb."""
+def _residual_block(kind, Z, b, y, idx, k0, C, gb):
+    """Add the biases b to the products Z (rows x U) of minibatch rows idx[k0:], overwrite them with
+    dloss/dz, and add those into gb."""
     rows, U = Z.shape
     for k in range(rows):
         yi = y[idx[k0 + k]]
         _check_label(kind, yi, C)
+        for u in range(U):
+            Z[k, u] += b[u]
         if kind == SOFTMAX:
             zmax = Z[k, 0]
             for u in range(1, U):
