@@ -13,19 +13,15 @@ from mpikanel.engine import worker_core as wc
 from mpikanel.engine.key_tracker import KeySet, KeyTracker
 from mpikanel.engine.sparse import KeyedVector
 from mpikanel.hetero import HeteroSpec, Injector
-from mpikanel.kernels import CSR, LazyDecay, bind, get_model, lazy_decay
+from mpikanel.kernels import LazyDecay, bind, get_model, lazy_decay
+from test_lazy_l2 import csr_problem as lazy_l2_problem
 
 ARRAYS = ("unsent", "produced", "lazy_stamps")
 
 
 def csr_problem(classes: int, rows: int = 300, d: int = 5000, seed: int = 0):
-    """Power-law-ish CSR rows over d features, and labels."""
-    rng = np.random.default_rng(seed)
-    lengths = rng.integers(1, 9, rows)
-    cols = [np.unique(np.minimum(d - 1, rng.zipf(1.3, n) - 1)) for n in lengths]
-    indptr = np.concatenate([[0], np.cumsum([c.size for c in cols])]).astype(np.int64)
-    X = CSR(indptr, np.concatenate(cols), rng.random(indptr[-1]).astype(np.float32) + 0.1, (rows, d))
-    return X, rng.integers(0, classes, rows).astype(np.int32), rng
+    """Power-law-ish CSR rows over d features, and labels (the lazy-L2 tests' problem, wider)."""
+    return lazy_l2_problem(classes, rows, d, seed)
 
 
 class Client:
