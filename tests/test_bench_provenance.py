@@ -114,3 +114,11 @@ def test_report_writes_out_file(tmp_path):
     assert main(["report", "--out", str(tmp_path / "r.md")]) == 0
     assert "## Sets not read" in (tmp_path / "r.md").read_text()
     assert main(["report", "--results", str(tmp_path / "none")]) == 2
+
+
+def test_mpi_table_shows_no_control_characters_from_an_mpi_version_string():
+    from mpikanel.bench.mpi import format_markdown
+    doc = {"command": "c", "commit": "x", "load_before": [0], "load_after": [0], "cpus": 2, "repeats": 1,
+           "venvs": [{"name": "openmpi", "mpi": "Open MPI v5, Sep 16, 2026\x00", "mpi4py": "4"}], "table": {}}
+    text = format_markdown(doc)
+    assert "2026 " in text and not any(ord(c) < 32 and c != "\n" for c in text)

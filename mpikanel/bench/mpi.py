@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shlex
 import signal
 import statistics
@@ -188,12 +189,17 @@ def _fmt(x: float) -> str:
     return f"{x:.3f}" if abs(x) < 10 else f"{x:,.0f}" if abs(x) >= 100 else f"{x:.1f}"
 
 
+def _printable(text: str) -> str:
+    """`text` with control characters (some MPI version strings end in NUL) shown as spaces."""
+    return re.sub(r"[\x00-\x1f\x7f]", " ", text)
+
+
 def format_markdown(doc: dict) -> str:
     names = [v["name"] for v in doc["venvs"]]
     lines = [f"Command: `{doc['command']}`  ", f"Commit: {doc['commit']}; load average before "
              f"{doc['load_before']}, after {doc['load_after']}; {doc['cpus']} CPUs; {doc['repeats']} repeats "
              "(median, min-max; best of each row in bold).", "",
-             "| workload | " + " | ".join(f"{v['name']}: {v.get('mpi', '?')} (mpi4py {v.get('mpi4py', '?')})"
+             "| workload | " + " | ".join(f"{v['name']}: {_printable(v.get('mpi', '?'))} (mpi4py {v.get('mpi4py', '?')})"
                                           for v in doc["venvs"]) + " |",
              "|---" * (len(names) + 1) + "|"]
     for key, (label, unit, higher) in ROWS.items():

@@ -29,7 +29,7 @@ MPI_INFO = """
 import json, mpi4py, sys
 mpi4py.rc.initialize = False
 from mpi4py import MPI
-print(json.dumps({"mpi": MPI.Get_library_version().strip().splitlines()[0], "mpi4py": mpi4py.__version__,
+print(json.dumps({"mpi": MPI.Get_library_version().replace("\\0", "").strip().splitlines()[0], "mpi4py": mpi4py.__version__,
                   "python": sys.version.split()[0]}))
 """
 _SHOWN_PATHS = 50
