@@ -187,6 +187,8 @@ def _validate(c: TrainConfig) -> None:
     if c.sparse_values not in ("binary", "tfidf") or c.sparse_nnz < 1 or not c.sparse_alpha > 0:
         raise InputError("--sparse-values must be binary or tfidf, --sparse-nnz >= 1 and --sparse-alpha > 0, got "
                          f"'{c.sparse_values}', {c.sparse_nnz} and {c.sparse_alpha}")
+    if c.data == "synthetic-sparse" and c.synthetic_classes not in (None, 2):
+        raise InputError(f"--synthetic-classes {c.synthetic_classes}: synthetic-sparse labels are binary (2 classes)")
     if c.input_shape is not None:
         from .models.spec import parse_shape
 

@@ -97,3 +97,9 @@ def test_a_setting_an_older_version_recorded_and_this_one_dropped_is_left_out():
     recorded = {**make_config(sync="esp").to_dict(), "esp_busy_max": 3}
     assert resumed_config(make_config(resume="latest", checkpoint_dir="ck"), recorded).sync == "esp"
     assert "esp_busy_max" not in known_settings(recorded)
+
+
+def test_synthetic_sparse_refuses_a_class_count_it_cannot_make():
+    with pytest.raises(InputError, match="binary"):
+        make_config(data="synthetic-sparse", synthetic_classes=10)
+    make_config(data="synthetic-sparse", synthetic_classes=2)

@@ -42,8 +42,8 @@ per push on the server, on the same rank count), a changing cluster: slowing (``
 2:1->4@30%``) and recovering (``--slowdown 1:4->1@50%``), and two meant for 33-65 paced ranks
 (``--step-time 0.02``, which paces the baselines' ranks exactly as the parameter server's
 workers): server-bound (``--server-delay 0.001``: the server serves fewer pushes
-than the workers send) and bandwidth-bound (1M parameters, 100k sparse features x 10 classes,
-pushed dense at ``--link-bandwidth '*:2e8'``: 40 ms per push on each worker's link). A homogeneous run whose largest realized
+than the workers send) and bandwidth-bound (200k parameters, 100k sparse features x 2 classes,
+pushed dense at ``--link-bandwidth '*:4e7'``: 40 ms per push on each worker's link). A homogeneous run whose largest realized
 step-time ratio (``per_worker[i].step_time_rel``: seconds per step, compute plus injection and
 pacing, relative to the fastest worker) exceeds 1.3 is flagged: CPU contention, not the sync model,
 decided it.
@@ -98,10 +98,10 @@ SCENARIOS: dict[str, dict[str, str]] = {
     # where ESP's judgement must matter, at 33-65 paced ranks (--step-time 0.02): 1 ms of service per
     # push serves 1,000 pushes/s against the 1,600-3,200/s that 32-64 workers send
     "server-bound": {"server-delay": "0.001"},
-    # 1M parameters (100k sparse features x 10 classes) pushed dense, 8 MB at 200 MB/s per worker's
+    # 200k parameters (100k sparse features x 2 classes) pushed dense, 1.6 MB at 40 MB/s per worker's
     # link: a push's 40 ms on the link is two paced steps
     "bandwidth-bound": {"data": "synthetic-sparse", "synthetic-features": "100000", "push": "dense",
-                        "link-bandwidth": "*:2e8"},
+                        "link-bandwidth": "*:4e7"},
 }
 DEFAULT_SCENARIOS = ("homogeneous", "straggler", "slow-link")
 WORKLOAD = {"synthetic-rows": "100000", "synthetic-features": "1000", "batch-size": "2048",
