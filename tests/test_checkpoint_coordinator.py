@@ -46,7 +46,6 @@ def entry(w: int, seq: int) -> dict:
 def coordinator(io: FakeIO, n: int = 2, every_steps: int = 0, stop=lambda: False) -> CheckpointCoordinator:
     c = CheckpointCoordinator(CheckpointControl(every_steps=every_steps), io, n, clock=lambda: 0.0,
                               stop_requested=stop)
-    c.start(0.0)
     return c
 
 
@@ -115,7 +114,6 @@ def test_a_worker_that_left_is_linked_from_its_last_entry_and_a_missing_one_refu
 def core_with(io: FakeIO, sync: str = "asp", n: int = 2, every_steps: int = 0) -> ServerCore:
     c = ServerCore(np.zeros(3), make_policy(sync, n_workers=n), n, Budget(n, None, 10),
                    checkpoints=coordinator(io, n, every_steps))
-    c.start(0.0)
     return c
 
 
@@ -168,3 +166,21 @@ def test_leaving_workers_are_collected_and_the_end_checkpoint_lists_them_all():
     c.finish(0.1)
     assert io.manifests[0]["reason"] == "end" and io.manifests[0]["final"]
     assert [e["index"] for e in io.manifests[0]["entries"] if e["role"] == "worker"] == [0, 1]
+
+
+def test_cut_timings_are_on_the_core_clock_whatever_the_coordinators_clock_origin():
+    io = FakeIO()
+    ticks = iter(range(1000, 2000))             # a clock far from the core's origin, 1 s a reading
+    c = ServerCore(np.zeros(3), make_policy("asp", n_workers=2), 2, Budget(2, None, 10),
+                   checkpoints=CheckpointCoordinator(CheckpointControl(every_steps=3), io, 2,
+                                                     clock=lambda: float(next(ticks))))
+    c.start(0.0)
+    # the core's clock has run 50 s (a first snapshot, say) while the coordinator's read a few ticks
+    for w, k, now in ((0, 1, 50.0), (1, 1, 50.0), (0, 2, 50.1), (1, 2, 50.2)):
+        c.on_push(push(w, k), now)
+        c.on_tick(now)
+    c.on_entries({w: entry(w, 1) for w in (0, 1)}, 50.3)
+    (w,) = c.checkpoints.written
+    assert w["hold_s"] == pytest.approx(0.1) and 0.1 < w["write_s"] < 10     # entries 0.1 s later, then ticks
+    assert w["pause_s"] == pytest.approx(w["hold_s"] + w["write_s"])
+    assert io.manifests[0]["entries"] and io.log[-1] == ("commit", 1)

@@ -94,14 +94,6 @@ class CheckpointCoordinator:
     state: CutState = CutState.IDLE
     cut: Cut | None = None
     _stop_pushed: bool = False
-    _t0: float = 0.0
-
-    def start(self, now: float) -> None:
-        """The run's clock starts: `now` on the core's clock is :attr:`clock`'s current reading."""
-        self._t0 = self.clock() - now
-
-    def _now(self) -> float:
-        return self.clock() - self._t0
 
     def stop_pushed(self) -> None:
         """A worker was signalled (its push said so): the next cut stops the run."""
@@ -149,7 +141,7 @@ class CheckpointCoordinator:
             return None
         cut = self.cut
         assert cut is not None
-        self._commit(cut, part, final=False)
+        self._commit(cut, part, final=False, now=now)
         self.control.written(now, steps)
         self.state, self.cut = CutState.IDLE, None
         return cut
@@ -161,9 +153,11 @@ class CheckpointCoordinator:
 
     def final(self, now: float, part: ServerPart) -> None:
         """The end-of-run checkpoint, from every worker's last entry."""
-        self._commit(Cut(self.control.seq, "end", asked_at=now, answered_at=now), part, final=True)
+        self._commit(Cut(self.control.seq, "end", asked_at=now, answered_at=now), part, final=True, now=now)
 
-    def _commit(self, cut: Cut, part: ServerPart, final: bool) -> None:
+    def _commit(self, cut: Cut, part: ServerPart, final: bool, now: float) -> None:
+        # `now` is on the core's clock, as are the cut's times; :attr:`clock` only measures how long
+        # the writing takes from here (its origin differs from the core's)
         missing = [w for w in range(self.n_workers) if w not in self.entries]
         if missing:
             raise RuntimeError(f"checkpoint {cut.seq}: no part from workers {missing[:10]}")
@@ -173,8 +167,8 @@ class CheckpointCoordinator:
         own_s = self.clock() - t_own
         entries += others()
         entries += [self.entries[w] for w in range(self.n_workers)]
-        path = self.io.commit(cut.seq, cut.reason, final, entries, self.elapsed_before_s + self._now())
-        done = self._now()
+        path = self.io.commit(cut.seq, cut.reason, final, entries, self.elapsed_before_s + now + self.clock() - t_own)
+        done = now + self.clock() - t_own
         # hold: the cut waiting for every worker's push; write: from its answers to the commit
         self.written.append({"path": str(path), "seq": cut.seq, "reason": cut.reason, "files": len(entries),
                              "bytes": sum(int(e["bytes"]) for e in entries),

@@ -186,8 +186,6 @@ class ServerCore:
             ops = self._snapshot(now)
             if self.ops is not None:
                 self.ops.extend(ops)
-        if self.checkpoints is not None:
-            self.checkpoints.start(now)
         return self._outcome(listen=[int(w) for w in np.flatnonzero(self.book.active)])
 
     def on_push(self, p: Push, now: float) -> Outcome:
