@@ -38,9 +38,24 @@ def test_a_baseline_that_did_not_learn_gets_no_speedup():
 
 def test_the_committed_kernels_set_still_reads():
     table = table_of(REPO_ROOT / "docs" / "results" / "kernels.json")
-    csr_mlp = [line for line in table.splitlines() if line.startswith("csr") and " mlp " in line]
+    csr_mlp = [line for line in table.splitlines() if line.startswith("| csr") and " mlp " in line]
     assert len(csr_mlp) == 1 and "baseline did not learn" in csr_mlp[0]
 
 
 def test_gemm_roof_is_a_rate():
     assert kernels.gemm_roof(n=64, repeats=1) > 0.0
+
+
+def test_out_writes_a_result_set_the_report_rebuilds(tmp_path, monkeypatch):
+    from mpikanel.bench.__main__ import main
+    from mpikanel.bench.report import holds
+
+    monkeypatch.setattr(kernels, "stream_bandwidth", lambda: 10.0)     # the roofs are not under test here
+    monkeypatch.setattr(kernels, "gemm_roof", lambda: 20.0)
+    out = tmp_path / "kernels"
+    assert main(["kernels", "--kinds", "dense", "--models", "logistic", "--dense-rows", "2000", "--dense-features",
+                 "10", "--no-sklearn", "--repeats", "1", "--out", str(out), "--allow-dirty"]) == 0
+    assert {p.name for p in out.iterdir()} == {"results.json", "results.md", "provenance.json"}
+    table = table_of(out / "results.json")
+    assert table.startswith("| data | model |") and "| logistic |" in table
+    assert holds((out / "results.md").read_text(), table)

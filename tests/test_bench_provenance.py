@@ -82,7 +82,7 @@ def test_outside_git_nothing_is_recorded_as_clean(tmp_path, monkeypatch, capsys)
 
 def test_every_result_writing_subcommand_takes_allow_dirty():
     writers = {n for n, (m, _) in SUBCOMMANDS.items() if hasattr(importlib.import_module(m), "results_dir")}
-    assert writers == {"mpi", "sync", "psp-plan", "simcheck", "scale", "checkpoint"}
+    assert writers == {"mpi", "sync", "psp-plan", "simcheck", "scale", "checkpoint", "kernels"}
 
 
 def test_report_reads_the_committed_sets_and_lists_what_it_cannot():

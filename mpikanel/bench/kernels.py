@@ -30,6 +30,10 @@ import warnings
 import numpy as np
 from numba import njit
 
+from .launch import results_dir  # noqa: F401  - re-exported: with --out this bench writes a result set
+from .launch import write_results
+from .sync import markdown_table
+
 SKLEARN_LOSS = {"logistic": "log_loss", "softmax": "log_loss", "svm": "hinge", "lsq": "squared_error"}
 MODELS = ("logistic", "softmax", "svm", "lsq", "mlp")
 #: The kernels' arithmetic precision: parameters are float64 and rows are widened to float64.
@@ -62,6 +66,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-sklearn", action="store_true")
     parser.add_argument("--repeats", type=int, default=3, help="timed epochs per case (best reported)")
     parser.add_argument("--json", metavar="PATH", help="write the results to PATH")
+    parser.add_argument("--out", metavar="DIR", default=None,
+                        help="write a result set here: results.json, results.md and provenance.json")
 
 
 # ---------------------------------------------------------------- bandwidth
@@ -338,23 +344,31 @@ def baseline_learned(r: dict) -> bool | None:
 # ---------------------------------------------------------------- driver
 
 
+HEADER = ("data", "model", "samples/s", "GB/s", "GF/s", "bound", "bound/s", "of bound", "of mm",
+          "py-loop/s", "acc", "sklearn/s", "sk acc", "x sklearn")
+
+
+def _cells(r: dict) -> list[str]:
+    sk = r.get("sklearn_rate")
+    speedup = "-" if sk is None else f"{r['rate'] / sk:.1f}" if baseline_learned(r) else "baseline did not learn"
+    return [r["data"], r["model"], f"{r['rate']:.3g}", f"{r['gbps']:.2f}", f"{r['gflops']:.1f}",
+            r["bound"], f"{r['bound_rate']:.3g}", f"{r['fraction_of_bound']:.0%}",
+            f"{r['fraction_of_matmul']:.0%}", f"{r['loop_rate']:.3g}", f"{r['train_accuracy']:.3f}",
+            "-" if sk is None else f"{sk:.3g}",
+            "-" if sk is None else f"{r['sklearn_train_accuracy']:.3f}", speedup]
+
+
 def format_table(results: list[dict]) -> str:
-    """One row per (data, model)."""
-    head = ("data", "model", "samples/s", "GB/s", "GF/s", "bound", "bound/s", "of bound", "of mm",
-            "py-loop/s", "acc", "sklearn/s", "sk acc", "x sklearn")
-    rows = [head]
-    for r in results:
-        sk = r.get("sklearn_rate")
-        learned = baseline_learned(r)
-        speedup = "-" if sk is None else f"{r['rate'] / sk:.1f}" if learned else "baseline did not learn"
-        rows.append((r["data"], r["model"], f"{r['rate']:.3g}", f"{r['gbps']:.2f}", f"{r['gflops']:.1f}",
-                     r["bound"], f"{r['bound_rate']:.3g}", f"{r['fraction_of_bound']:.0%}",
-                     f"{r['fraction_of_matmul']:.0%}", f"{r['loop_rate']:.3g}", f"{r['train_accuracy']:.3f}",
-                     "-" if sk is None else f"{sk:.3g}",
-                     "-" if sk is None else f"{r['sklearn_train_accuracy']:.3f}", speedup))
-    widths = [max(len(row[i]) for row in rows) for i in range(len(head))]
+    """One row per (data, model), aligned text for the terminal."""
+    rows = [list(HEADER)] + [_cells(r) for r in results]
+    widths = [max(len(row[i]) for row in rows) for i in range(len(HEADER))]
     return "\n".join("  ".join(c.rjust(w) if i > 1 else c.ljust(w) for i, (c, w) in enumerate(zip(row, widths)))
                      for row in rows)
+
+
+def format_markdown(results: list[dict]) -> str:
+    """One row per (data, model), as a markdown table (the result set's results.md)."""
+    return markdown_table(HEADER, [_cells(r) for r in results])
 
 
 def roofline(r: dict, X, name: str, bw: float, roof: float, mm: float, hidden: int) -> None:
@@ -436,14 +450,17 @@ def run(args: argparse.Namespace) -> int:
           f"compute roof {roof:.1f} GFLOP/s; numpy matmul of the minibatch shape: "
           + ", ".join(f"{m}x{k}@{k}x{n} {v:.1f}" for (m, k, n), v in mm_cache.items()) + " GFLOP/s")
     print(format_table(results))
+    doc = {"stream_bandwidth_gbps": bw, "memory_roof_gbps": bw,
+           "memory_roof": "single-core streaming read of a 1 GiB float32 array, best of 5",
+           "compute_roof_gflops": roof, "compute_roof": roof_what, "dense_multiclass_products": products,
+           "chance_margin": CHANCE_MARGIN, "load_average_start": load0,
+           "load_average_end": load1, "threads": threads,
+           "matmul_gflops": {f"{m}x{k}@{k}x{n}": v for (m, k, n), v in mm_cache.items()},
+           "results": results, "machine": platform.processor() or platform.machine(),
+           "python": platform.python_version()}
     if args.json:
         with open(args.json, "w") as fh:
-            json.dump({"stream_bandwidth_gbps": bw, "memory_roof_gbps": bw,
-                       "memory_roof": "single-core streaming read of a 1 GiB float32 array, best of 5",
-                       "compute_roof_gflops": roof, "compute_roof": roof_what, "dense_multiclass_products": products,
-                       "chance_margin": CHANCE_MARGIN, "load_average_start": load0,
-                       "load_average_end": load1, "threads": threads,
-                       "matmul_gflops": {f"{m}x{k}@{k}x{n}": v for (m, k, n), v in mm_cache.items()},
-                       "results": results, "machine": platform.processor() or platform.machine(),
-                       "python": platform.python_version()}, fh, indent=2)
+            json.dump(doc, fh, indent=2)
+    if args.out:
+        write_results(args.out, format_markdown(results), **doc)
     return 0

@@ -65,7 +65,7 @@ def table_of(path: Path) -> str:
         (lambda d: d.get("benchmark") == "server", lambda d: server.format_table(d["results"])),
         (lambda d: "venvs" in d and "table" in d, mpi.format_markdown),
         (lambda d: "compute_roof_gflops" in d or "fma_peak_gflops" in d,   # fma_peak_gflops: sets before the gemm roof
-         lambda d: kernels.format_table(d["results"])),
+         lambda d: kernels.format_markdown(d["results"])),
         (lambda d: "k_max" in d and "rows" in d, lambda d: psp_plan.format_table(d["rows"])),
         (lambda d: "records" in d and "within" in d, lambda d: simcheck.format_table(d["records"])),
         (lambda d: "rows" in d and "command" in d, _rows_table),

@@ -12,14 +12,12 @@ from typing import Any
 
 import numpy as np
 
-from ..engine.sparse import KeyedVector
+from ..engine.sparse import SPARSE_AT, KeyedVector
 
 FORMAT = "mpikanel-checkpoint"
 SCHEMA = 2
 MANIFEST = "manifest.json"
 NAME_PATTERN = re.compile(r"^ckpt-(\d{6,})$")
-#: a float64 vector with at most this fraction of nonzero entries is stored as its keys and values
-SPARSE_AT = 0.25
 #: ... if it has at least this many entries
 SPARSE_MIN = 1024
 

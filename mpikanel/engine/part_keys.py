@@ -5,10 +5,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..checkpoint.layout import SPARSE_AT
 from ..kernels import LazyDecay
 from .key_tracker import KeySet, KeyTracker
-from .sparse import KeyedVector
+from .sparse import SPARSE_AT, KeyedVector
 
 
 class PartKeys:

@@ -14,6 +14,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+#: a checkpointed float64 vector with at most this fraction of nonzero entries is stored as its keys
+#: and values (and a tracked worker's part beyond it is written whole)
+SPARSE_AT = 0.25
 #: --push choices: auto picks per frame (sparse when smaller); dense and sparse force one
 PUSH_MODES = ("auto", "dense", "sparse")
 

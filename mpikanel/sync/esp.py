@@ -29,6 +29,8 @@ OPTIONS = (
            "update norms (on), or not (off: an ablation)", choices=ON_OFF),
     Option("esp_efficiency", str, "on", "ESP: skip pushes that are not worth it now (on), or push whenever nothing "
            "is in flight (off: the ablation without the efficiency test; the max-skip bound stays)", choices=ON_OFF),
+    Option("esp_value_low", float, 2.0, "ESP: skip, whatever the push costs, while the unsent delta holds fewer "
+           "than this many typical steps' worth (0: no floor)", bound=Bound(0)),
     Option("esp_value_high", float, 4.0, "ESP: push even when dear once the unsent delta reaches this many typical "
            "steps' worth", bound=Bound(0, strict=True)),
     Option("esp_lag", float, 0.0, "ESP: > 0 replaces the value-against-cost rule by the value alone (the "
@@ -86,7 +88,8 @@ class EspSchedule(Schedule):
     2. ``efficiency`` off (ablation): push;
     3. value: ``worth`` = |unsent delta| / the server's recent norm of one applied delta per local
        step (``value`` on, once reported; LAG-style), i.e. how many typical steps' worth of change
-       the worker holds (``unsent_steps`` without it); measured ``worth >= value_high``: push (drifted far);
+       the worker holds (``unsent_steps`` without it); ``worth < value_low``: skip, whatever the
+       push costs (too little to say); measured ``worth >= value_high``: push (drifted far);
     4. value against cost: push when ``worth x step_s >= rho x cost``, the seconds of training the
        push carries against the seconds it takes from the cluster. With probes, cost = queued x
        the server's seconds per push + this push's own time (its service, and its payload on this
@@ -109,6 +112,7 @@ class EspSchedule(Schedule):
     probe: bool = True
     value: bool = True
     efficiency: bool = True
+    value_low: float = 2.0
     value_high: float = 4.0
     lag: float = 0.0            # > 0: the value-only rule (LAG/Gaia-like baseline): push once worth >= lag
     name = "esp"
@@ -153,6 +157,8 @@ class EspSchedule(Schedule):
         worth = self.worth(st)
         if self.lag > 0:            # the baseline that weighs the value alone, never the cost
             return Action.PUSH if worth >= self.lag else self._skip(st, "value")
+        if worth < self.value_low:
+            return self._skip(st, "value")
         if self.value and st.update_norm > 0 and worth >= self.value_high:
             return Action.PUSH
         cost = self.cost(st)
@@ -174,4 +180,4 @@ def make(config, n_workers: int) -> tuple[ESP, EspSchedule]:
     return (ESP(config.staleness, config.esp_scale),
             EspSchedule(rho=config.esp_rho, max_skip=config.esp_max_skip, probe=config.esp_probe == "on",
                         value=config.esp_value == "on", efficiency=config.esp_efficiency == "on",
-                        value_high=config.esp_value_high, lag=config.esp_lag))
+                        value_low=config.esp_value_low, value_high=config.esp_value_high, lag=config.esp_lag))
