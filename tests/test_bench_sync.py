@@ -238,6 +238,14 @@ def test_model_recipes():
             bench._model_spec(bad)
 
 
+@pytest.mark.parametrize("name", sorted(bench.ABLATIONS))
+def test_every_named_variant_is_a_valid_train_command_that_differs_from_its_model(name):
+    from mpikanel.config import config_from_args
+    flags = bench.ABLATIONS[name]
+    variant, plain = config_from_args(list(flags)), config_from_args(list(flags[:2]))
+    assert variant != plain, name                  # a variant equal to the default measures nothing
+
+
 @pytest.mark.parametrize("model", ["bsp", "allreduce", "localsgd-4", "torch-ddp"])
 def test_step_time_paces_every_model_baselines_included(model, tmp_path):
     def command(step_time):

@@ -49,13 +49,13 @@ def test_blocking_schedule_pushes_every_step():
 
 
 def test_esp_always_efficient_never_skips():
-    decisions, longest = drive(EspSchedule(rho=1.0, max_skip=8, value_low=0), step_s=0.010, rtt_s=0.001)
+    decisions, longest = drive(EspSchedule(rho=1.0, max_skip=8), step_s=0.010, rtt_s=0.001)
     assert longest == 0
     assert Action.PUSH_AND_WAIT not in decisions
 
 
 def test_esp_skips_below_its_value_floor_whatever_a_push_costs():
-    sch = EspSchedule(rho=1.0, max_skip=8)                  # default floor: 2 typical steps' worth
+    sch = EspSchedule(rho=1.0, max_skip=8, value_low=2.0)   # a floor of 2 typical steps' worth
     free = dict(probe_rtt_s=0.001, probe_service_s=0.0001, update_norm=1.0, unsent_norm=1.5)
     st = _esp_state(**free)
     assert sch.decide(st) == Action.CONTINUE and st.skip_reason == "value"

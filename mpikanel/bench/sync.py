@@ -121,8 +121,8 @@ ABLATIONS = {"psp-zipline": ("--sync", "psp", "--psp-wait", "idle"),
              "esp-noeff": ("--sync", "esp", "--esp-efficiency", "off"),
              "esp-noprobe": ("--sync", "esp", "--esp-probe", "off"),
              "esp-novalue": ("--sync", "esp", "--esp-value", "off"),
-             # rule v3 as it was: value against cost with no floor on the value
-             "esp-nofloor": ("--sync", "esp", "--esp-value-low", "0"),
+             # the variant with a floor on the value: skip while under 2 typical steps' worth
+             "esp-floor": ("--sync", "esp", "--esp-value-low", "2"),
              # the value alone, no cost (LAG/Gaia-style): push once 2 typical steps' worth is unsent
              "lag": ("--sync", "esp", "--esp-lag", "2")}
 #: what the ':ARG' of a model spec sets: ssp:3 (staleness), esp:inverse, psp:normalized

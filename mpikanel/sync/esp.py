@@ -29,8 +29,9 @@ OPTIONS = (
            "update norms (on), or not (off: an ablation)", choices=ON_OFF),
     Option("esp_efficiency", str, "on", "ESP: skip pushes that are not worth it now (on), or push whenever nothing "
            "is in flight (off: the ablation without the efficiency test; the max-skip bound stays)", choices=ON_OFF),
-    Option("esp_value_low", float, 2.0, "ESP: skip, whatever the push costs, while the unsent delta holds fewer "
-           "than this many typical steps' worth (0: no floor)", bound=Bound(0)),
+    Option("esp_value_low", float, 0.0, "ESP: skip, whatever the push costs, while the unsent delta holds fewer "
+           "than this many typical steps' worth (default 0: no floor; measured slower under a straggler)",
+           bound=Bound(0)),
     Option("esp_value_high", float, 4.0, "ESP: push even when dear once the unsent delta reaches this many typical "
            "steps' worth", bound=Bound(0, strict=True)),
     Option("esp_lag", float, 0.0, "ESP: > 0 replaces the value-against-cost rule by the value alone (the "
@@ -112,7 +113,7 @@ class EspSchedule(Schedule):
     probe: bool = True
     value: bool = True
     efficiency: bool = True
-    value_low: float = 2.0
+    value_low: float = 0.0
     value_high: float = 4.0
     lag: float = 0.0            # > 0: the value-only rule (LAG/Gaia-like baseline): push once worth >= lag
     name = "esp"
