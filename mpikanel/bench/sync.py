@@ -123,6 +123,9 @@ ABLATIONS = {"psp-zipline": ("--sync", "psp", "--psp-wait", "idle"),
              "esp-novalue": ("--sync", "esp", "--esp-value", "off"),
              # the variant with a floor on the value: skip while under 2 typical steps' worth
              "esp-floor": ("--sync", "esp", "--esp-value-low", "2"),
+             # gap-aware damping of a stale delta's rate at the server (--staleness-lr gap)
+             "esp-gap": ("--sync", "esp", "--staleness-lr", "gap"),
+             "asp-gap": ("--sync", "asp", "--staleness-lr", "gap"),
              # the value alone, no cost (LAG/Gaia-style): push once 2 typical steps' worth is unsent
              "lag": ("--sync", "esp", "--esp-lag", "2")}
 #: what the ':ARG' of a model spec sets: ssp:3 (staleness), esp:inverse, psp:normalized
