@@ -187,14 +187,3 @@ def test_lag_skips_small_updates_whatever_a_push_costs():
     assert lag.decide(_esp_state(skips=8, update_norm=1.0, unsent_norm=0.1)) == Action.PUSH_AND_WAIT
     assert not lag.uses_probes
 
-
-def test_lag_skips_small_updates_and_pushes_large_ones_whatever_they_cost():
-    sch = EspSchedule(rho=1.0, max_skip=8, lag=2.0)
-    assert not sch.uses_probes                                # the value alone: no probes
-    dear = dict(probe_rtt_s=0.001, probe_queued=50, probe_service_s=0.01, update_norm=1.0)
-    small = _esp_state(**dear, unsent_norm=1.5)
-    assert sch.decide(small) == Action.CONTINUE and small.skip_reason == "value"
-    assert sch.decide(_esp_state(**dear, unsent_norm=2.0)) == Action.PUSH   # 0.5 s of queue: still pushes
-    # cheap pushes do not make a small update worth sending either
-    cheap = _esp_state(probe_rtt_s=0.001, probe_service_s=0.0001, update_norm=1.0, unsent_norm=0.5)
-    assert sch.decide(cheap) == Action.CONTINUE
