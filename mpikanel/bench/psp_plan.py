@@ -18,7 +18,7 @@ from ..sync.psp import PSP
 from .provenance import default_out
 from .sync import markdown_table
 
-GOAL_S = 0.050          # issue 14: under 50 ms per round at 10,000 workers
+GOAL_S = 0.050          # the goal: under 50 ms per round at 10,000 workers
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

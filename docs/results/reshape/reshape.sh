@@ -1,5 +1,5 @@
 #!/bin/bash
-# issue 16's restart goal: 8 workers checkpointed mid-run, resumed on 4 and on 12, against an uninterrupted 8-worker run
+# the restart goal: 8 workers checkpointed mid-run, resumed on 4 and on 12, against an uninterrupted 8-worker run
 set -u
 cd "$(dirname "$0")/../../.."
 export NUMBA_CACHE_DIR=$PWD/.numba-cache
