@@ -122,3 +122,14 @@ def test_mpi_table_shows_no_control_characters_from_an_mpi_version_string():
            "venvs": [{"name": "openmpi", "mpi": "Open MPI v5, Sep 16, 2026\x00", "mpi4py": "4"}], "table": {}}
     text = format_markdown(doc)
     assert "2026 " in text and not any(ord(c) < 32 and c != "\n" for c in text)
+
+
+def test_mpi_table_has_the_paced_rows_lower_wins():
+    from mpikanel.bench.mpi import format_markdown, summarize
+    raw = {"a": {"paced17": [{"wall_s": 5.0, "cores_used": 0.6}, {"wall_s": 5.2, "cores_used": 0.7}]},
+           "b": {"paced17": [{"wall_s": 9.0, "cores_used": 2.0}]}}
+    doc = {"command": "x", "commit": "c", "load_before": [0], "load_after": [0], "cpus": 2, "repeats": 2,
+           "venvs": [{"name": "a"}, {"name": "b"}], "table": summarize(raw)}
+    md = format_markdown(doc)
+    assert "| paced BSP job (17 ranks, 20 ms steps), wall | **5.100 s (5.000-5.200)** | 9.000 s |" in md
+    assert "| paced BSP job, cores used while training | **0.650 cores (0.600-0.700)** | 2.000 cores |" in md

@@ -18,6 +18,9 @@ Workloads:
 * ``compute``: a compute-bound job (3 ranks, one-hidden-layer MLP, batch 512), wall seconds;
 * ``straggler``: the README's straggler scenario (5 ranks, 100k x 1000, batch 2048, 20 epochs,
   lr 0.4, ``--slowdown 1:4``), wall seconds;
+* ``paced17``: a paced BSP job at the scale users run (17 ranks, every step padded to 20 ms,
+  softmax on 20k x 100), wall seconds and cores used while training (the summary's
+  ``cores_used``): with 16 workers mostly waiting, the MPI's waiting cost decides it;
 * ``idle``: CPU fraction of a rank blocked in ``Recv`` while the node is oversubscribed (one
   busy-looping process per core runs meanwhile), with the project defaults.
 """
@@ -44,9 +47,11 @@ from .provenance import MPI_INFO, git_commit
 _REPO_ROOT = Path(__file__).resolve().parents[2]
 _RANK_VARS = ("PMI_", "PMIX_", "OMPI_COMM", "OMPI_MCA_ess", "OMPI_MCA_orte", "HYDRA_", "MPI_LOCALNRANKS",
               "MPI_LOCALRANKID")
-WORKLOADS = ("default4", "idle", "straggler", "server4", "compute", "server16")
+WORKLOADS = ("default4", "idle", "straggler", "server4", "compute", "server16", "paced17")
 STRAGGLER = ("--synthetic-rows 100000 --synthetic-features 1000 --batch-size 2048 --epochs 20 --lr 0.4 "
              "--slowdown 1:4").split()
+PACED = ("--step-time 0.02 --synthetic-rows 20000 --synthetic-features 100 --batch-size 64 --epochs 10 "
+         "--lr 0.1").split()
 COMPUTE = "--model mlp --hidden 64 --batch-size 512 --epochs 2 --synthetic-rows 60000".split()
 #: (label, unit, higher is better)
 ROWS = {
@@ -58,6 +63,8 @@ ROWS = {
     "default4/wall_s": ("default job, 4 ranks, wall", "s", False),
     "compute/wall_s": ("compute-bound job (3 ranks, MLP), wall", "s", False),
     "straggler/wall_s": ("straggler scenario (5 ranks, 1:4), wall", "s", False),
+    "paced17/wall_s": ("paced BSP job (17 ranks, 20 ms steps), wall", "s", False),
+    "paced17/cores_used": ("paced BSP job, cores used while training", "cores", False),
     "idle/cpu_fraction": ("idle rank CPU, oversubscribed node", "of a core", False),
 }
 
@@ -139,8 +146,11 @@ def _train(v: Venv, n: int, extra: list[str], args, tmp: Path) -> dict[str, floa
     s = json.loads(out.read_text())
     pushes = sum(int(w.get("pushes", 0)) for w in s.get("per_worker", []))
     v.info.setdefault("mpi_from_summary", s.get("versions", {}).get("mpi", ""))
-    return {"wall_s": float(s["wall_s"]), "pushes_per_s": pushes / float(s["wall_s"]),
-            "test_loss": float(s.get("test_loss", float("nan")))}
+    res = {"wall_s": float(s["wall_s"]), "pushes_per_s": pushes / float(s["wall_s"]),
+           "test_loss": float(s.get("test_loss", float("nan")))}
+    if s.get("cores_used") is not None:
+        res["cores_used"] = float(s["cores_used"])
+    return res
 
 
 def _idle(v: Venv, args) -> dict[str, float]:
@@ -166,6 +176,8 @@ def run_workload(v: Venv, name: str, args, tmp: Path) -> dict[str, float]:
         return _train(v, 3, COMPUTE, args, tmp)
     if name == "straggler":
         return _train(v, 5, STRAGGLER, args, tmp)
+    if name == "paced17":
+        return _train(v, 17, PACED, args, tmp)
     if name == "idle":
         return _idle(v, args)
     raise ValueError(name)
