@@ -82,15 +82,16 @@ def test_outside_git_nothing_is_recorded_as_clean(tmp_path, monkeypatch, capsys)
 
 def test_every_result_writing_subcommand_takes_allow_dirty():
     writers = {n for n, (m, _) in SUBCOMMANDS.items() if hasattr(importlib.import_module(m), "results_dir")}
-    assert writers == {"mpi", "sync", "psp-plan", "simcheck", "scale", "checkpoint", "kernels"}
+    assert writers == {"mpi", "sync", "psp-plan", "simcheck", "scale", "checkpoint", "kernels", "server"}
 
 
-def test_report_reads_the_committed_sets_and_lists_what_it_cannot():
+def test_report_reads_the_committed_sets_every_one_with_provenance():
     text, unreadable, no_prov = build(ROOT / "docs" / "results")
-    assert "## sync/results.json" in text and "## sparse-k4/results.json" in text and "## server.json" in text
+    assert "## sync-paced-17/results.json" in text and "## sparse-k4/results.json" in text
+    assert "## server/server.json" in text and "## mpi/results.json" in text
     assert "does NOT hold" not in text          # every table rebuilt is the one the committed markdown shows
     assert any(u.startswith("csr-compact/") for u in unreadable) and any(u.startswith("reshape:") for u in unreadable)
-    assert "- sync: no provenance" in text and "sync" in no_prov
+    assert no_prov == [] and "- (none)" in text.split("## No provenance")[1]
 
 
 def test_report_names_a_set_with_provenance_and_catches_a_changed_table(tmp_path):
@@ -132,4 +133,4 @@ def test_mpi_table_has_the_paced_rows_lower_wins():
            "venvs": [{"name": "a"}, {"name": "b"}], "table": summarize(raw)}
     md = format_markdown(doc)
     assert "| paced BSP job (17 ranks, 20 ms steps), wall | **5.100 s (5.000-5.200)** | 9.000 s |" in md
-    assert "| paced BSP job, cores used while training | **0.650 cores (0.600-0.700)** | 2.000 cores |" in md
+    assert "| paced BSP job (17 ranks), cores used while training | **0.650 cores (0.600-0.700)** | 2.000 cores |" in md

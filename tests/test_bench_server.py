@@ -33,12 +33,17 @@ def test_heavy_yield_is_what_makes_the_difference():
     assert off["voluntary_switches"] < default["voluntary_switches"] / 10
 
 
-def test_server_bench_small_run_prints_all_modes():
+def test_server_bench_small_run_prints_all_modes_and_writes_a_result_set(tmp_path):
+    out = tmp_path / "server"
     cmd = [sys.executable, "-m", "mpikanel.bench", "server", "--ranks", "3", "--pushes", "50",
-           "--params", "1000", "--repeats", "1", "--timeout", "120"]
+           "--params", "1000", "--repeats", "1", "--timeout", "120", "--out", str(out), "--allow-dirty"]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=180, cwd=ROOT)
     assert proc.returncode == 0, proc.stderr
     rows = [line.split() for line in proc.stdout.splitlines()]
     modes = {row[1] for row in rows if len(row) > 2 and row[0] == "3"}
     assert modes == {"asp", "bsp", "plain"}, proc.stdout
     assert "vs plain" in proc.stdout and "heavy-yield" in proc.stdout
+    assert {p.name for p in out.iterdir()} == {"server.json", "server.md", "provenance.json"}
+    from mpikanel.bench.report import build
+    text, unreadable, no_provenance = build(tmp_path)
+    assert not unreadable and not no_provenance and "server.md holds these tables" in text, text

@@ -18,9 +18,10 @@ Workloads:
 * ``compute``: a compute-bound job (3 ranks, one-hidden-layer MLP, batch 512), wall seconds;
 * ``straggler``: the README's straggler scenario (5 ranks, 100k x 1000, batch 2048, 20 epochs,
   lr 0.4, ``--slowdown 1:4``), wall seconds;
-* ``paced17``: a paced BSP job at the scale users run (17 ranks, every step padded to 20 ms,
-  softmax on 20k x 100), wall seconds and cores used while training (the summary's
-  ``cores_used``): with 16 workers mostly waiting, the MPI's waiting cost decides it;
+* ``paced17`` (and ``paced33``, ``paced65``, not run unless named): a paced BSP job at the scale
+  users run (N ranks, every step padded to 20 ms, softmax on 1,250 rows x 100 features a worker,
+  10 epochs: about 176 steps a worker), wall seconds and cores used while training (the summary's
+  ``cores_used``): with the workers mostly waiting, the MPI's latency and waiting cost decide it;
 * ``idle``: CPU fraction of a rank blocked in ``Recv`` while the node is oversubscribed (one
   busy-looping process per core runs meanwhile), with the project defaults.
 """
@@ -47,11 +48,11 @@ from .provenance import MPI_INFO, git_commit
 _REPO_ROOT = Path(__file__).resolve().parents[2]
 _RANK_VARS = ("PMI_", "PMIX_", "OMPI_COMM", "OMPI_MCA_ess", "OMPI_MCA_orte", "HYDRA_", "MPI_LOCALNRANKS",
               "MPI_LOCALRANKID")
-WORKLOADS = ("default4", "idle", "straggler", "server4", "compute", "server16", "paced17")
+WORKLOADS = ("default4", "idle", "straggler", "server4", "compute", "server16", "paced17", "paced33", "paced65")
+DEFAULT_WORKLOADS = WORKLOADS[:7]
 STRAGGLER = ("--synthetic-rows 100000 --synthetic-features 1000 --batch-size 2048 --epochs 20 --lr 0.4 "
              "--slowdown 1:4").split()
-PACED = ("--step-time 0.02 --synthetic-rows 20000 --synthetic-features 100 --batch-size 64 --epochs 10 "
-         "--lr 0.1").split()
+PACED = "--step-time 0.02 --synthetic-features 100 --batch-size 64 --epochs 10 --lr 0.1".split()
 COMPUTE = "--model mlp --hidden 64 --batch-size 512 --epochs 2 --synthetic-rows 60000".split()
 #: (label, unit, higher is better)
 ROWS = {
@@ -63,8 +64,9 @@ ROWS = {
     "default4/wall_s": ("default job, 4 ranks, wall", "s", False),
     "compute/wall_s": ("compute-bound job (3 ranks, MLP), wall", "s", False),
     "straggler/wall_s": ("straggler scenario (5 ranks, 1:4), wall", "s", False),
-    "paced17/wall_s": ("paced BSP job (17 ranks, 20 ms steps), wall", "s", False),
-    "paced17/cores_used": ("paced BSP job, cores used while training", "cores", False),
+    **{f"paced{n}/{key}": (label.format(n=n), unit, False) for n in (17, 33, 65) for key, label, unit in (
+        ("wall_s", "paced BSP job ({n} ranks, 20 ms steps), wall", "s"),
+        ("cores_used", "paced BSP job ({n} ranks), cores used while training", "cores"))},
     "idle/cpu_fraction": ("idle rank CPU, oversubscribed node", "of a core", False),
 }
 
@@ -176,8 +178,9 @@ def run_workload(v: Venv, name: str, args, tmp: Path) -> dict[str, float]:
         return _train(v, 3, COMPUTE, args, tmp)
     if name == "straggler":
         return _train(v, 5, STRAGGLER, args, tmp)
-    if name == "paced17":
-        return _train(v, 17, PACED, args, tmp)
+    if name.startswith("paced"):
+        n = int(name[len("paced"):])
+        return _train(v, n, PACED + ["--synthetic-rows", str(1250 * (n - 1))], args, tmp)
     if name == "idle":
         return _idle(v, args)
     raise ValueError(name)
@@ -239,7 +242,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="a venv (or its python) holding one MPI wheel; repeatable (default: this interpreter)")
     parser.add_argument("--env", action="append", metavar="NAME:KEY=VALUE",
                         help="extra environment for one venv's launches; repeatable")
-    parser.add_argument("--workloads", nargs="+", default=list(WORKLOADS), choices=WORKLOADS)
+    parser.add_argument("--workloads", nargs="+", default=list(DEFAULT_WORKLOADS), choices=WORKLOADS,
+                        help=f"default: {' '.join(DEFAULT_WORKLOADS)}")
     parser.add_argument("--repeats", type=int, default=3, help="runs of every workload per MPI (median reported)")
     parser.add_argument("--pushes", type=int, default=500, help="pushes per worker in the server workloads")
     parser.add_argument("--timeout", type=float, default=300.0, help="seconds allowed per launch")

@@ -82,10 +82,10 @@ def table_of(path: Path) -> str:
 
 def result_files(entry: Path) -> list[Path]:
     """The machine-readable files of one set: itself (a .json), or results.json / psp-plan.json /
-    simcheck.json in it or one directory down (the simulator's workers-N)."""
+    simcheck.json / server.json in it or one directory down (the simulator's workers-N)."""
     if entry.is_file():
         return [entry] if entry.suffix == ".json" else []
-    names = ("results.json", "psp-plan.json", "simcheck.json")
+    names = ("results.json", "psp-plan.json", "simcheck.json", "server.json")
     found = [entry / n for n in names if (entry / n).is_file()]
     return found or sorted(p for sub in sorted(entry.iterdir()) if sub.is_dir() for n in names
                            if (p := sub / n).is_file())
@@ -97,8 +97,9 @@ def _committed_md(path: Path) -> Path | None:
 
 
 def holds(markdown: str, tables: str) -> bool:
-    """Whether every table (a block of lines starting with '|') of `tables` appears verbatim in `markdown`."""
-    blocks = [b for b in tables.split("\n\n") if b.startswith("|")]
+    """Whether every table (a block of lines starting with '|'; else the whole plain-text table) of
+    `tables` appears verbatim in `markdown`."""
+    blocks = [b for b in tables.split("\n\n") if b.startswith("|")] or [tables.strip()]
     return bool(blocks) and all(b in markdown for b in blocks)
 
 
@@ -125,7 +126,7 @@ def build(results: Path) -> tuple[str, list[str], list[str]]:
             no_provenance.append(name)
         files = result_files(entry)
         if not files:
-            unreadable.append(f"{name}: no results.json, psp-plan.json or simcheck.json")
+            unreadable.append(f"{name}: no results.json, psp-plan.json, simcheck.json or server.json")
             continue
         for path in files:
             label = str(path.relative_to(results))

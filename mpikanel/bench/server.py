@@ -8,6 +8,8 @@ import platform
 import sys
 from importlib import metadata
 
+from pathlib import Path
+
 from .launch import HEAVY_YIELD, RankRunError, find_mpiexec, have_mpiexec, rank_env, run_ranks
 
 RANK_MODULE = "mpikanel.bench._server_ranks"
@@ -32,6 +34,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.set_defaults(no_heavy_yield=False)
     parser.add_argument("--timeout", type=float, default=300.0, help="seconds allowed per launched case")
     parser.add_argument("--json", metavar="PATH", help="write results, versions and machine to PATH")
+    parser.add_argument("--out", metavar="DIR",
+                        help="write a result set: DIR/server.json (as --json), DIR/server.md and DIR/provenance.json")
 
 
 def cases(args: argparse.Namespace) -> list[tuple[int, str, bool | None]]:
@@ -79,6 +83,11 @@ def report(args: argparse.Namespace, results: list[dict]) -> dict:
             "results": results}
 
 
+def results_dir(args: argparse.Namespace) -> str | None:
+    """--out: the result set this run writes, if any."""
+    return args.out
+
+
 def run(args: argparse.Namespace) -> int:
     """Launch every case, print the table, optionally write JSON; 1 if any case failed."""
     if not have_mpiexec():
@@ -97,8 +106,14 @@ def run(args: argparse.Namespace) -> int:
         print(f"  {ranks:>3} ranks {res['label']:<14} {res['updates_per_s']:>9.0f} updates/s", file=sys.stderr, flush=True)
     print(f"params={args.params} float64, pushes/worker={args.pushes}, repeats={args.repeats} (median), "
           f"nproc={os.cpu_count()}")
-    print(format_table(results))
+    table = format_table(results)
+    print(table)
+    doc = report(args, results)
     if args.json:
-        with open(args.json, "w") as fh:
-            json.dump(report(args, results), fh, indent=2)
+        Path(args.json).write_text(json.dumps(doc, indent=2))
+    if args.out:
+        out = Path(args.out)
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "server.json").write_text(json.dumps(doc, indent=2))
+        (out / "server.md").write_text(f"`python -m mpikanel.bench {' '.join(sys.argv[1:])}`\n\n```\n{table}\n```\n")
     return 1 if failed or not all(r["check_ok"] for r in results) else 0
