@@ -100,6 +100,7 @@ def test_report_names_a_set_with_provenance_and_catches_a_changed_table(tmp_path
         {"git_commit": "abc", "dirty": False, "date_utc": "2026-12-04T00:00:00+00:00", "mpi_library": "MPI x",
          "machine": {"cores": 2}, "load_average_start": [1, 1, 1], "load_average_end": [2, 2, 2]}))
     shutil.copytree(ROOT / "docs" / "results" / "sparse-w8", tmp_path / "b")
+    (tmp_path / "b" / provenance.PROVENANCE).unlink(missing_ok=True)
     md = tmp_path / "b" / "results.md"
     md.write_text(md.read_text().replace("| bsp |", "| BSP |", 1))
     (tmp_path / "c").mkdir()

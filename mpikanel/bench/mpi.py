@@ -23,7 +23,9 @@ Workloads:
   10 epochs: about 176 steps a worker), wall seconds and cores used while training (the summary's
   ``cores_used``): with the workers mostly waiting, the MPI's latency and waiting cost decide it;
 * ``idle``: CPU fraction of a rank blocked in ``Recv`` while the node is oversubscribed (one
-  busy-looping process per core runs meanwhile), with the project defaults.
+  busy-looping process per core runs meanwhile), with the project defaults;
+* ``idle-loop``: the same, the rank waiting in mpikanel's own wait loop over a posted ``Irecv``
+  (what a worker waiting for its reply, or a server for pushes, runs).
 """
 from __future__ import annotations
 
@@ -48,8 +50,9 @@ from .provenance import MPI_INFO, git_commit
 _REPO_ROOT = Path(__file__).resolve().parents[2]
 _RANK_VARS = ("PMI_", "PMIX_", "OMPI_COMM", "OMPI_MCA_ess", "OMPI_MCA_orte", "HYDRA_", "MPI_LOCALNRANKS",
               "MPI_LOCALRANKID")
-WORKLOADS = ("default4", "idle", "straggler", "server4", "compute", "server16", "paced17", "paced33", "paced65")
-DEFAULT_WORKLOADS = WORKLOADS[:7]
+WORKLOADS = ("default4", "idle", "straggler", "server4", "compute", "server16", "paced17", "idle-loop", "paced33",
+             "paced65")
+DEFAULT_WORKLOADS = WORKLOADS[:8]
 STRAGGLER = ("--synthetic-rows 100000 --synthetic-features 1000 --batch-size 2048 --epochs 20 --lr 0.4 "
              "--slowdown 1:4").split()
 PACED = "--step-time 0.02 --synthetic-features 100 --batch-size 64 --epochs 10 --lr 0.1".split()
@@ -68,6 +71,7 @@ ROWS = {
         ("wall_s", "paced BSP job ({n} ranks, 20 ms steps), wall", "s"),
         ("cores_used", "paced BSP job ({n} ranks), cores used while training", "cores"))},
     "idle/cpu_fraction": ("idle rank CPU, oversubscribed node", "of a core", False),
+    "idle-loop/cpu_fraction": ("idle rank CPU in mpikanel's wait loop, oversubscribed node", "of a core", False),
 }
 
 
@@ -155,10 +159,10 @@ def _train(v: Venv, n: int, extra: list[str], args, tmp: Path) -> dict[str, floa
     return res
 
 
-def _idle(v: Venv, args) -> dict[str, float]:
+def _idle(v: Venv, args, how: str = "recv") -> dict[str, float]:
     hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(os.cpu_count() or 1)]
     try:
-        proc = v.run_ranks(2, ["python", "-m", "mpikanel.bench._yield_ranks", "2.0"], args.timeout)
+        proc = v.run_ranks(2, ["python", "-m", "mpikanel.bench._yield_ranks", "2.0", how], args.timeout)
     finally:
         for h in hogs:
             h.kill()
@@ -183,6 +187,8 @@ def run_workload(v: Venv, name: str, args, tmp: Path) -> dict[str, float]:
         return _train(v, n, PACED + ["--synthetic-rows", str(1250 * (n - 1))], args, tmp)
     if name == "idle":
         return _idle(v, args)
+    if name == "idle-loop":
+        return _idle(v, args, "loop")
     raise ValueError(name)
 
 

@@ -9,9 +9,9 @@ from .launch import HEAVY_YIELD, MpiexecNotFound, RankRunError, rank_env, run_ra
 RANK_MODULE = "mpikanel.bench._yield_ranks"
 
 
-def blocked_result(heavy_yield: bool | None, timeout: float = 60.0, block_s: float = 1.5) -> dict:
+def blocked_result(heavy_yield: bool | None, timeout: float = 60.0, block_s: float = 1.5, how: str = "recv") -> dict:
     """Rank 1's JSON report after blocking ~block_s in Recv; heavy_yield None = project default."""
-    return run_ranks(2, RANK_MODULE, [str(block_s)], rank_env(heavy_yield), timeout).results[0]
+    return run_ranks(2, RANK_MODULE, [str(block_s), how], rank_env(heavy_yield), timeout).results[0]
 
 
 def blocked_cpu_fraction(heavy_yield: bool | None, timeout: float = 60.0, block_s: float = 1.5) -> float:
