@@ -7,7 +7,6 @@ import os
 import platform
 import sys
 from importlib import metadata
-
 from pathlib import Path
 
 from .launch import HEAVY_YIELD, RankRunError, find_mpiexec, have_mpiexec, rank_env, run_ranks

@@ -10,7 +10,8 @@ RANK_MODULE = "mpikanel.bench._yield_ranks"
 
 
 def blocked_result(heavy_yield: bool | None, timeout: float = 60.0, block_s: float = 1.5, how: str = "recv") -> dict:
-    """Rank 1's JSON report after blocking ~block_s in Recv; heavy_yield None = project default."""
+    """Rank 1's JSON report after blocking ~block_s in Recv (`how` "loop": mpikanel's wait loop);
+    heavy_yield None = project default."""
     return run_ranks(2, RANK_MODULE, [str(block_s), how], rank_env(heavy_yield), timeout).results[0]
 
 
