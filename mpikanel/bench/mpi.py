@@ -43,6 +43,7 @@ import time
 from pathlib import Path
 
 from ..comm.environment import child_environment, mpiexec_launch
+from . import mpi_rule
 from .launch import results_dir  # noqa: F401  - re-exported: this bench writes a result set
 from .launch import with_checkout
 from .provenance import MPI_INFO, git_commit
@@ -297,6 +298,8 @@ def run(args: argparse.Namespace) -> int:
                     _write(out, doc, venvs, raw)   # after every run: an interrupted bench keeps its results
     md = _write(out, doc, venvs, raw)
     print(md)
+    if {v.name for v in venvs} >= {mpi_rule.PROPRIETARY, mpi_rule.OPEN}:
+        print(mpi_rule.format_verdict(mpi_rule.verdict(doc["table"])))
     return 1 if doc["errors"] else 0
 
 

@@ -5,8 +5,10 @@ A result set is each entry of ``--results`` (default docs/results): a directory,
 ``bench scale`` and ``bench checkpoint`` (their rows), of ``bench sync`` (its tables, one per
 scenario; the simulator's sets hold one per ``workers-N`` directory) and of ``bench mpi``;
 ``psp-plan.json``, ``simcheck.json``, ``server.json`` and ``kernels.json``. Each table is formatted
-by its bench's own formatter, and checked against the committed markdown next to it. Sets it
-cannot read (another format, no JSON) and sets without ``provenance.json`` are listed at the end.
+by its bench's own formatter, and checked against the committed markdown next to it. The rule
+that picks the default MPI (:mod:`mpikanel.bench.mpi_rule`) is applied to the ``bench mpi`` sets
+together. Sets it cannot read (another format, no JSON) and sets without ``provenance.json`` are
+listed at the end.
 """
 from __future__ import annotations
 
@@ -16,7 +18,7 @@ import sys
 from pathlib import Path
 from typing import Callable
 
-from . import checkpoint, kernels, mpi, psp_plan, scale, server, simcheck
+from . import checkpoint, kernels, mpi, mpi_rule, psp_plan, scale, server, simcheck
 from .provenance import PROVENANCE, REPO_ROOT
 from .sync import markdown_table
 
@@ -118,7 +120,7 @@ def _provenance_line(entry: Path) -> str | None:
 
 def build(results: Path) -> tuple[str, list[str], list[str]]:
     """The report's markdown, the sets it could not read (with why), the sets without provenance."""
-    sections, unreadable, no_provenance = [], [], []
+    sections, unreadable, no_provenance, mpi_docs = [], [], [], []
     for entry in sorted(results.iterdir()):
         name = entry.name
         prov = _provenance_line(entry)
@@ -135,11 +137,17 @@ def build(results: Path) -> tuple[str, list[str], list[str]]:
             except Unreadable as exc:
                 unreadable.append(f"{label}: {exc}")
                 continue
+            doc = json.loads(path.read_text())
+            if isinstance(doc, dict) and "venvs" in doc and "table" in doc:
+                mpi_docs.append(doc)
             md = _committed_md(path)
             check = ("" if md is None else
                      f"; the committed {md.name} {'holds' if holds(md.read_text(), table) else 'does NOT hold'} "
                      "these tables")
             sections.append(f"## {label}\n\nprovenance: {prov or 'none'}{check}\n\n{table}\n")
+    if mpi_docs:
+        sections.append("## The default MPI, by its rule\n\n"
+                        + mpi_rule.format_verdict(mpi_rule.verdict(mpi_rule.merge_tables(mpi_docs))) + "\n")
     tail = ["## Sets not read", ""] + [f"- {u}" for u in unreadable or ["(none)"]]
     tail += ["", "## No provenance", ""] + [f"- {n}: no provenance" for n in no_provenance or []] \
         + ([] if no_provenance else ["- (none)"])
