@@ -136,7 +136,7 @@ def main() -> int:
             trees = {c: export(c, root) for c in (before, after)}
             for tree in trees.values():
                 found = subprocess.run([str(BIN / "python"), "-c", "import mpikanel; print(mpikanel.__file__)"],
-                                       env=env_for(tree), capture_output=True, text=True, check=True).stdout
+                                       env=env_for(tree), cwd=root, capture_output=True, text=True, check=True).stdout
                 assert found.startswith(str(tree)), f"{tree.name} imports mpikanel from {found}"
                 job(tree, "bsp4", root)     # warm its numba cache, untimed
             runs: dict[str, list[dict]] = {before: [], after: []}
