@@ -1,7 +1,10 @@
 """Test set-up: make tests/ importable, end a whole MPI test run when one rank fails, turn the
-needs_fashion mark into need_fashion_mnist, and print a stage's counts in one line."""
+needs_fashion mark into need_fashion_mnist, print a stage's counts in one line, mark the tests that
+launch MPI (e2e), record their times, and pick those the second MPI runs inside CI's time."""
+import json
 import os
 import sys
+from functools import cache
 from pathlib import Path
 
 import pytest
@@ -9,6 +12,84 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent))
 
 from need import need_fashion_mnist  # noqa: E402  (tests/ importable first)
+from second_mpi import matches, pick  # noqa: E402
+
+
+#: stage 1 writes each end-to-end test's time (seconds, by node id) to this file
+DURATIONS_ENV = "MPIKANEL_E2E_DURATIONS"
+#: the second MPI's end-to-end stage: at most this many seconds of tests by stage 1's times (0: all)
+BUDGET_ENV = "MPIKANEL_SECOND_MPI_BUDGET_S"
+#: the MPI behaviour every MPI must show, run under the second MPI whatever the budget: training
+#: under ASP, BSP bitwise on 1 and 2 servers, a stop checkpoint and its resume, a killed server rank,
+#: ESP's round trips and PSP's plan, idle ranks yielding the CPU, a paced run, runs across hosts
+ALWAYS = (
+    "tests/test_train_e2e.py::test_sync_models_converge_on_synthetic[sync1]",
+    "tests/test_servers_e2e.py::test_bsp_gives_bitwise_the_same_model_on_one_and_two_servers",
+    "tests/test_checkpoint_e2e.py::test_signal_checkpoints_exits_75_and_resume_latest_finishes[10]",
+    "tests/test_checkpoint_e2e.py::test_sigkill_ends_job_and_latest_checkpoint_resumes[server]",
+    "tests/test_esp_psp_e2e.py::test_esp_round_trips_see_the_link_and_every_merge_is_counted",
+    "tests/test_esp_psp_e2e.py::test_psp_gives_fast_workers_more_steps_under_a_straggler",
+    "tests/test_bench_server.py::test_project_default_blocked_rank_yields_cpu",
+    "tests/test_pacing.py::test_a_paced_run_lasts_its_modeled_steps_and_says_so",
+    "tests/test_multihost_e2e.py",
+)
+_durations: dict[str, float] = {}
+
+
+@cache
+def _launches_mpi(path: Path) -> bool:
+    """A test module of tests/ (not tests/mpi, pytest-mpi's stage, nor tests/slurm) that imports
+    tests/launch.py or names mpiexec runs MPI jobs."""
+    if path.parent != Path(__file__).parent:
+        return False
+    text = path.read_text()
+    return "from launch import" in text or "import launch" in text or "mpiexec" in text
+
+
+@pytest.hookimpl(tryfirst=True)     # before -m selects by the marks set here
+def pytest_collection_modifyitems(config, items):
+    """Mark the tests of modules that launch MPI `e2e`; with BUDGET_ENV set, keep of those ALWAYS and
+    then the quickest of the rest (by DURATIONS_ENV's times) up to the budget, and say what was left."""
+    e2e = []
+    for item in items:
+        if _launches_mpi(Path(item.fspath)):
+            item.add_marker(pytest.mark.e2e)
+            e2e.append(item)
+    budget = float(os.environ.get(BUDGET_ENV) or 0)
+    if budget <= 0:
+        return
+    reporter = config.pluginmanager.get_plugin("terminalreporter")
+    say = reporter.write_line if reporter else print
+    path = Path(os.environ.get(DURATIONS_ENV) or "")
+    if not path.is_file():
+        say(f"second MPI: no end-to-end test times at '{path}' (stage 1 writes them): every test runs")
+        return
+    missing = [a for a in ALWAYS if not any(matches(i.nodeid, a) for i in e2e)]
+    if missing:
+        raise pytest.UsageError(f"tests/conftest.py ALWAYS names no collected end-to-end test: {missing}")
+    times = json.loads(path.read_text())
+    _, left_ids, spent = pick([i.nodeid for i in e2e], times, ALWAYS, budget)
+    if not left_ids:
+        return
+    gone = set(left_ids)
+    left = [i for i in e2e if i.nodeid in gone]
+    config.hook.pytest_deselected(items=left)
+    items[:] = [i for i in items if i.nodeid not in gone]
+    per_file: dict[str, int] = {}
+    for i in left:
+        f = i.nodeid.split("::")[0].removeprefix("tests/")
+        per_file[f] = per_file.get(f, 0) + 1
+    say(f"second MPI: {len(e2e) - len(left)} of {len(e2e)} end-to-end tests, {spent:.0f} s by the default MPI's "
+        f"times (budget {budget:g} s); the {len(left)} longer ones "
+        f"({sum(times.get(i.nodeid, 0.0) for i in left):.0f} s) run in the full run, "
+        f"{BUDGET_ENV}=0 bash scripts/test.sh: " + ", ".join(f"{f} {n}" for f, n in sorted(per_file.items())))
+
+
+def pytest_sessionfinish(session):
+    """With DURATIONS_ENV set, write the end-to-end tests' times (setup + call + teardown) there."""
+    out = os.environ.get(DURATIONS_ENV)
+    if out and _durations:
+        Path(out).write_text(json.dumps(_durations, indent=0, sort_keys=True))
 
 
 def pytest_runtest_setup(item):
@@ -32,7 +113,10 @@ def pytest_unconfigure(config):
 
 @pytest.hookimpl(trylast=True)
 def pytest_runtest_logreport(report):
-    """Under mpiexec, a failure on one rank would leave the others blocked: abort them all."""
+    """Record an end-to-end test's time; under mpiexec, a failure on one rank would leave the others
+    blocked: abort them all."""
+    if "e2e" in report.keywords:
+        _durations[report.nodeid] = _durations.get(report.nodeid, 0.0) + report.duration
     if not report.failed or "mpi4py.MPI" not in sys.modules:
         return
     from mpi4py import MPI

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import signal
 import subprocess
 import time
 from pathlib import Path
@@ -19,6 +21,24 @@ def mpiexec() -> str:
         return find_mpiexec()
     except MpiexecNotFound:
         need("mpiexec", "no mpiexec: install the project with its [test] extra (it brings the default MPI wheel)")
+
+
+def open_mpi_launcher() -> bool:
+    """Whether the launcher is Open MPI's prterun (its mpiexec), which kills the ranks a fraction of a
+    second after forwarding SIGTERM and appends a report of its own to a job that exits non-zero."""
+    return Path(mpiexec()).with_name("prterun").exists()
+
+
+def stop_signal() -> signal.Signals:
+    """The signal that makes a job checkpoint and exit 75 through this launcher: SIGTERM, or SIGUSR1
+    under Open MPI (docs/mpi.md: prterun kills the ranks too soon after forwarding SIGTERM)."""
+    return signal.SIGUSR1 if open_mpi_launcher() else signal.SIGTERM
+
+
+def our_stderr(stderr: str) -> str:
+    """What mpikanel printed: `stderr` without a launcher's own report (Open MPI's prterun appends a
+    box of dashes naming the rank that exited non-zero)."""
+    return re.sub(r"^-{20,}\n.*?^-{20,}\n?", "", stderr, flags=re.S | re.M)
 
 
 def clean_env(**extra: str) -> dict[str, str]:

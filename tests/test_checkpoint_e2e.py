@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from launch import PACE, PACE_S, UNPACED, checkpoints, clean_env, mpiexec, paced_training_left_s, run_train
+from launch import PACE, PACE_S, UNPACED, checkpoints, clean_env, mpiexec, open_mpi_launcher, paced_training_left_s, \
+    run_train
 from mpikanel.checkpoint import HOLD_ENV, load
 from test_train_e2e import _descendants, assert_no_lost_work, kill_rank, mpi_rank_of, rank_pids
 
@@ -104,6 +105,9 @@ def test_bsp_resume_from_any_checkpoint_is_bitwise_identical(tmp_path):
 
 @pytest.mark.parametrize("sig", [signal.SIGUSR1, signal.SIGTERM, signal.SIGINT])
 def test_signal_checkpoints_exits_75_and_resume_latest_finishes(sig, tmp_path):
+    if sig == signal.SIGTERM and open_mpi_launcher():
+        pytest.skip("Open MPI's prterun kills the ranks a fraction of a second after forwarding SIGTERM, too soon "
+                    "for a checkpoint; SIGUSR1 is the way there (docs/mpi.md), tested here as [10]")
     ck = tmp_path / "ck"
     summary = tmp_path / "stopped.json"
     proc = start(4, *PACED, "--checkpoint-dir", str(ck), "--checkpoint-every", "0.5",

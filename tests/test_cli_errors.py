@@ -5,7 +5,7 @@ import sys
 import numpy as np
 import pytest
 
-from launch import clean_env, mpiexec, run_train
+from launch import clean_env, mpiexec, our_stderr, run_train
 
 
 def assert_clean_error(proc, *needles):
@@ -59,7 +59,8 @@ def test_unknown_flag_value_prints_usage_once():
 def test_a_mistyped_flag_is_one_line_naming_the_nearest_flag():
     proc, _ = run_train(3, "--epcohs", "2", timeout=60)
     assert proc.returncode == 2
-    assert proc.stderr.strip() == "python -m mpikanel.train: error: unknown flag --epcohs; did you mean --epochs?"
+    assert our_stderr(proc.stderr).strip() == \
+        "python -m mpikanel.train: error: unknown flag --epcohs; did you mean --epochs?"
 
 
 @pytest.mark.parametrize("classes", [1, 2])

@@ -5,7 +5,7 @@ import sys
 
 import pytest
 
-from launch import checkpoints, clean_env, mpiexec, run_train
+from launch import checkpoints, clean_env, mpiexec, our_stderr, run_train
 from mpikanel import checkpoint as ck
 
 ROWS = 20000                 # 18000 training rows
@@ -45,7 +45,7 @@ def test_a_budget_smaller_than_what_was_done_is_one_line_and_exit_2(checkpointed
     late = checkpoints(d / "ck")[-2]
     proc, _ = run_train(4, "--resume", str(late), "--epochs", "1", timeout=120)
     assert proc.returncode == 2, proc.stderr
-    errors = [line for line in proc.stderr.splitlines() if line.strip()]
+    errors = [line for line in our_stderr(proc.stderr).splitlines() if line.strip()]
     assert len(errors) == 1 and f"the checkpoint has done {done_samples(late)} samples, more than this run's " \
         "budget of 18000 (--epochs 1 x 18000 rows)" in errors[0], proc.stderr
 

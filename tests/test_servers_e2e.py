@@ -1,12 +1,11 @@
 """Several server ranks (--servers K) for real: the same model as one server, every delta kept,
 checkpoints that resume on any K, and a killed server rank ends the job."""
 import json
-import signal
 
 import h5py
 import pytest
 
-from launch import checkpoints, run_train
+from launch import checkpoints, run_train, stop_signal
 from mpikanel.engine.messages import PAYLOAD_OFFSET
 from mpikanel.metrics import read_metrics
 from test_checkpoint_e2e import PACED, assert_killed_mid_run, assert_stopped_by_the_signal, finish, finish_after_kill, \
@@ -120,12 +119,12 @@ def test_checkpoint_of_two_servers_resumes_bitwise_on_three_and_on_one(tmp_path)
         assert_no_lost_work(resumed)
 
 
-def test_sigterm_stops_two_servers_with_a_checkpoint(tmp_path):
+def test_a_stop_signal_stops_two_servers_with_a_checkpoint(tmp_path):
     ck, summary = tmp_path / "ck", tmp_path / "stopped.json"
     proc = start(5, "--servers", "2", *PACED, "--sync", "ssp", "--checkpoint-dir", str(ck),
                  "--checkpoint-every", "0.5", "--summary-json", str(summary))
     mid_run(proc, ck)
-    proc.send_signal(signal.SIGTERM)
+    proc.send_signal(stop_signal())
     rc, _, err = finish(proc)
     stopped = json.loads(summary.read_text())
     assert_stopped_by_the_signal(rc, err, stopped)
