@@ -4,6 +4,7 @@ launch MPI (e2e), record their times, and pick those the second MPI runs inside 
 import json
 import os
 import sys
+from collections import Counter
 from functools import cache
 from pathlib import Path
 
@@ -52,7 +53,7 @@ def pytest_collection_modifyitems(config, items):
     then the quickest of the rest (by DURATIONS_ENV's times) up to the budget, and say what was left."""
     e2e = []
     for item in items:
-        if _launches_mpi(Path(item.fspath)):
+        if _launches_mpi(Path(item.path)):
             item.add_marker(pytest.mark.e2e)
             e2e.append(item)
     budget = float(os.environ.get(BUDGET_ENV) or 0)
@@ -75,10 +76,7 @@ def pytest_collection_modifyitems(config, items):
     left = [i for i in e2e if i.nodeid in gone]
     config.hook.pytest_deselected(items=left)
     items[:] = [i for i in items if i.nodeid not in gone]
-    per_file: dict[str, int] = {}
-    for i in left:
-        f = i.nodeid.split("::")[0].removeprefix("tests/")
-        per_file[f] = per_file.get(f, 0) + 1
+    per_file = Counter(i.nodeid.split("::")[0].removeprefix("tests/") for i in left)
     say(f"second MPI: {len(e2e) - len(left)} of {len(e2e)} end-to-end tests, {spent:.0f} s by the default MPI's "
         f"times (budget {budget:g} s); the {len(left)} longer ones "
         f"({sum(times.get(i.nodeid, 0.0) for i in left):.0f} s) run in the full run, "

@@ -4,11 +4,12 @@ import math
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
 
-from launch import clean_env, mpiexec
+from launch import clean_env, mpiexec, our_stderr
 from mpikanel.baselines import common
 from mpikanel.config import TrainConfig
 from mpikanel.hetero import HeteroSpec, Injector
@@ -124,6 +125,19 @@ def test_allreduce_baseline_shares_the_budget_and_records_validation(tmp_path):
     assert all(by_rank[r]["injected_s"] == 0 for r in (2, 3))
     assert s["deltas_sent"] == sum(w["steps"] for w in s["per_worker"])          # one Allreduce per step
     assert "load_avg_before" in s and all("step_time_rel" in w for w in s["per_worker"])
+
+
+def test_allreduce_baseline_trains_a_py_model_and_refuses_a_missing_one_in_one_line(tmp_path):
+    model = f"py:{Path(__file__).parent / 'models' / 'np_logistic.py'}:make"
+    s, m = _run("mpikanel.baselines.allreduce_sgd", 3, [*TINY, "--synthetic-classes", "2", "--model", model],
+                tmp_path, "py")
+    assert s["sync"] == "allreduce" and s["model"] == model and s["test_accuracy"] > 0.8
+    _check_budget_and_validation(s, m, 3)
+    cmd = [mpiexec(), "-n", "2", sys.executable, "-m", "mpikanel.baselines.allreduce_sgd", *TINY, "--model",
+           f"py:{tmp_path / 'nowhere.py'}:make", "--quiet"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=clean_env())
+    errors = [line for line in our_stderr(proc.stderr).splitlines() if line.strip()]
+    assert proc.returncode == 2 and len(errors) == 1 and "nowhere.py" in errors[0], proc.stderr
 
 
 def test_local_sgd_averages_every_h_steps_on_the_same_budget(tmp_path):

@@ -29,12 +29,12 @@ from ..config import TrainConfig
 from ..data import DataInfo, data_spec, describe, load_rows, load_test, shard_range
 from ..errors import InputError, TrainingError
 from ..hetero import Injector, describe_hetero, parse_hetero, sleep_for
-from ..kernels import CSR, BoundModel, bind, get_model
+from ..kernels import CSR, BoundModel, bind
 from ..evaluate import curve_of
 from ..metrics import SnapshotRecorder, write_metrics
 from ..summary import add_curve, add_step_time_rel, pacing_fields, warn_pacing
 from ..engine.budget import total_samples
-from ..session import agree, hetero_spec, start_params, val_rows, warm_ranks
+from ..session import agree, hetero_spec, model_for, start_params, val_rows, warm_ranks
 from ..worker_loop import BatchCursor, Pacer, StepPlan
 
 #: the baselines' --help on heterogeneity and pacing (the parameter server workers' own)
@@ -75,9 +75,9 @@ class Setup:
 
 
 def setup(config: TrainConfig, comm: Any) -> Setup:
-    """Validate, load this rank's shard of the training rows (rank 0 also test and validation), compile."""
+    """Validate, load this rank's shard of the training rows (rank 0 also test and validation), compile.
+    The model is a built-in one or a ``py:FILE:FACTORY`` one, built for the data's shape."""
     size, rank = comm.Get_size(), comm.Get_rank()
-    model = get_model(config.model, hidden=config.hidden, activation=config.activation)
     spec = data_spec(config)
 
     def check() -> DataInfo | None:
@@ -85,11 +85,13 @@ def setup(config: TrainConfig, comm: Any) -> Setup:
             return None
         parse_hetero(hetero_spec(config), size)
         info = describe(spec)
+        model_for(config, info)         # a py: model's file, factory and shape checked here, in one line
         if info.n_rows - val_rows(config, info.n_rows) < size:
             raise InputError(f"{info.description} has {info.n_rows} training rows, too few for {size} ranks")
         return info
 
     info = comm.bcast(agree(comm, check), root=0)
+    model = agree(comm, lambda: model_for(config, info))
     n_train = info.n_rows - val_rows(config, info.n_rows)
     start, stop = shard_range(n_train, size, rank)
 
