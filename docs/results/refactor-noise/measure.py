@@ -9,7 +9,7 @@ alternating order: the README's default job (4 ranks, BSP: wall, pushes/s, the f
 SHA-256), the same job under ESP and PSP with a 4x straggler on 5 ranks (wall), and ``bench
 server`` at 4 ranks (ASP and BSP updates/s). A figure "moves beyond noise" when the before and
 after runs' min-max ranges do not overlap (with 3 repeats a figure that did not move still does so
-in 1 of 10 cases; with 7, 1 in 1,700). Pairs given as BEFORE..AFTER run only those.
+in 1 of 10 cases; with 5, 1 in 126). Pairs given as BEFORE..AFTER run only those.
 Writes OUT/results.json and OUT/results.md.
 """
 from __future__ import annotations
