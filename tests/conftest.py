@@ -18,6 +18,8 @@ from second_mpi import matches, pick  # noqa: E402
 
 #: stage 1 writes each end-to-end test's time (seconds, by node id) to this file
 DURATIONS_ENV = "MPIKANEL_E2E_DURATIONS"
+#: the second MPI's stage reads them from this one
+TIMES_ENV = "MPIKANEL_E2E_TIMES"
 #: the second MPI's end-to-end stage: at most this many seconds of tests by stage 1's times (0: all)
 BUDGET_ENV = "MPIKANEL_SECOND_MPI_BUDGET_S"
 #: the MPI behaviour every MPI must show, run under the second MPI whatever the budget: training
@@ -50,23 +52,24 @@ def _launches_mpi(path: Path) -> bool:
 @pytest.hookimpl(tryfirst=True)     # before -m selects by the marks set here
 def pytest_collection_modifyitems(config, items):
     """Mark the tests of modules that launch MPI `e2e`; with BUDGET_ENV set, keep of those ALWAYS and
-    then the quickest of the rest (by DURATIONS_ENV's times) up to the budget, and say what was left."""
+    then the quickest of the rest (by TIMES_ENV's times) up to the budget, and say what was left."""
     e2e = []
     for item in items:
         if _launches_mpi(Path(item.path)):
             item.add_marker(pytest.mark.e2e)
             e2e.append(item)
     budget = float(os.environ.get(BUDGET_ENV) or 0)
-    if budget <= 0:
+    if budget <= 0 or Path(config.rootpath) != Path(__file__).parent.parent:    # not a nested session's
         return
     reporter = config.pluginmanager.get_plugin("terminalreporter")
     say = reporter.write_line if reporter else print
-    path = Path(os.environ.get(DURATIONS_ENV) or "")
+    path = Path(os.environ.get(TIMES_ENV) or "")
     if not path.is_file():
         say(f"second MPI: no end-to-end test times at '{path}' (stage 1 writes them): every test runs")
         return
-    missing = [a for a in ALWAYS if not any(matches(i.nodeid, a) for i in e2e)]
-    if missing:
+    files = {i.nodeid.split("::")[0] for i in e2e}
+    missing = [a for a in ALWAYS if a.split("::")[0] in files and not any(matches(i.nodeid, a) for i in e2e)]
+    if missing:                 # a test renamed in a module that was collected
         raise pytest.UsageError(f"tests/conftest.py ALWAYS names no collected end-to-end test: {missing}")
     times = json.loads(path.read_text())
     _, left_ids, spent = pick([i.nodeid for i in e2e], times, ALWAYS, budget)

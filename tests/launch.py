@@ -36,9 +36,10 @@ def stop_signal() -> signal.Signals:
 
 
 def our_stderr(stderr: str) -> str:
-    """What mpikanel printed: `stderr` without a launcher's own report (Open MPI's prterun appends a
-    box of dashes naming the rank that exited non-zero)."""
-    return re.sub(r"^-{20,}\n.*?^-{20,}\n?", "", stderr, flags=re.S | re.M)
+    """What mpikanel printed: `stderr` without what Open MPI's launcher adds of its own (a box of
+    dashes naming the rank that exited non-zero; its event library's "[warn] Epoll ..." lines)."""
+    text = re.sub(r"^-{20,}\n.*?^-{20,}\n?", "", stderr, flags=re.S | re.M)
+    return re.sub(r"^\[warn\] .*\n?", "", text, flags=re.M)
 
 
 def clean_env(**extra: str) -> dict[str, str]:
