@@ -79,19 +79,20 @@ def setup(config: TrainConfig, comm: Any) -> Setup:
     The model is a built-in one or a ``py:FILE:FACTORY`` one, built for the data's shape."""
     size, rank = comm.Get_size(), comm.Get_rank()
     spec = data_spec(config)
+    built: dict[str, Any] = {}
 
     def check() -> DataInfo | None:
         if rank != 0:
             return None
         parse_hetero(hetero_spec(config), size)
         info = describe(spec)
-        model_for(config, info)         # a py: model's file, factory and shape checked here, in one line
+        built["model"] = model_for(config, info)    # a py: model's file, factory and shape: one line
         if info.n_rows - val_rows(config, info.n_rows) < size:
             raise InputError(f"{info.description} has {info.n_rows} training rows, too few for {size} ranks")
         return info
 
     info = comm.bcast(agree(comm, check), root=0)
-    model = agree(comm, lambda: model_for(config, info))
+    model = agree(comm, lambda: built.get("model") or model_for(config, info))
     n_train = info.n_rows - val_rows(config, info.n_rows)
     start, stop = shard_range(n_train, size, rank)
 
