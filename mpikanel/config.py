@@ -74,6 +74,7 @@ class TrainConfig:
     threads: int = 1
     metrics: str | None = None
     snapshot_interval: float = 0.25
+    curve_points: int = 8
     target_loss: float | None = None
     scenario: str | None = None
     checkpoint_dir: str | None = None
@@ -184,6 +185,8 @@ def _validate(c: TrainConfig) -> None:
     parse_every(c.checkpoint_every)
     if not c.snapshot_interval > 0:
         raise InputError(f"--snapshot-interval must be > 0, got {c.snapshot_interval}")
+    if c.curve_points < 2:
+        raise InputError(f"--curve-points must be >= 2 (the first and the last snapshot), got {c.curve_points}")
     if c.sparse_values not in ("binary", "tfidf") or c.sparse_nnz < 1 or not c.sparse_alpha > 0:
         raise InputError("--sparse-values must be binary or tfidf, --sparse-nnz >= 1 and --sparse-alpha > 0, got "
                          f"'{c.sparse_values}', {c.sparse_nnz} and {c.sparse_alpha}")
@@ -272,6 +275,9 @@ _HELP = {
                "before launching to allow more); the summary records what took effect",
     "metrics": "write the metrics file (HDF5: loss-vs-time curve, per-worker timings) to this path",
     "snapshot_interval": "seconds between parameter snapshots for the loss-vs-time curve",
+    "curve_points": "py: models: evaluate the curve at this many snapshots, evenly spread, the first and the last "
+                    "kept (each point is a forward pass over the test and validation rows; the built-in models "
+                    "evaluate every snapshot)",
     "target_loss": "report the wall time after which the test loss stays at or below this value "
                    "(time_to_target_s), and when it first reached it (first_touch_s)",
     "scenario": "label stored in the metrics file and summary (default: the injected heterogeneity)",
@@ -303,7 +309,7 @@ GROUPS: dict[str, tuple[str, ...]] = {
     "budget": ("epochs", "budget", "time_budget", "max_steps"),
     "heterogeneity": ("step_time", "slowdown", "pause_prob", "pause_s", "link_delay", "link_bandwidth", "server_delay"),
     "checkpoints": ("checkpoint_dir", "checkpoint_every", "keep_checkpoints", "resume"),
-    "output": ("summary_json", "save_model", "metrics", "snapshot_interval", "target_loss", "scenario", "progress",
+    "output": ("summary_json", "save_model", "metrics", "snapshot_interval", "curve_points", "target_loss", "scenario", "progress",
                "quiet"),
 }
 _GROUP_TITLES = {

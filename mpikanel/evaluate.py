@@ -17,19 +17,16 @@ import numpy as np
 from .layout import LINEAR_MODELS, linear_views, mlp_views, units_of
 
 BLOCK = 16          # snapshots per matrix product (bounds the n x units x BLOCK score block)
-#: curve points of a py: model (mpikanel.models): each is a forward pass of the network over the
-#: whole test set, so a run's 0.25 s snapshots are thinned to this many, evenly spread
-PYTHON_POINTS = 8
-
-
-def curve_of(snapshots: list, rows_by_prefix: dict, hidden: int = 64, activation: str = "relu") -> dict:
+def curve_of(snapshots: list, rows_by_prefix: dict, hidden: int = 64, activation: str = "relu",
+             python_points: int = 8) -> dict:
     """The loss-vs-time curve: time_s, version and, per prefix ("test", "val") with rows, PREFIX_loss
-    and PREFIX_accuracy of every snapshot (BLAS where supported, else the kernels)."""
+    and PREFIX_accuracy of every snapshot (BLAS where supported, else the kernels); a py: model's
+    snapshots are thinned to `python_points`, as each point is a forward pass of the network."""
     from .metrics import evaluate_curve
 
     snaps = list(snapshots)
     if any(rows is not None and not rows.model.compiled for rows in rows_by_prefix.values()):
-        snaps = thin(snaps, PYTHON_POINTS)
+        snaps = thin(snaps, python_points)
     curve = evaluate_curve(snaps, lambda p: 0.0, None)
     for prefix, rows in rows_by_prefix.items():
         if rows is None or not rows.rows:

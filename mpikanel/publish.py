@@ -52,5 +52,6 @@ def snapshot_curve(s: Session, recorder: SnapshotRecorder) -> dict:
     """Test (and validation) loss/accuracy of every parameter snapshot, evaluated after training."""
     if s.test is None or s.test.rows == 0:
         return evaluate_curve([], lambda p: 0.0, None)
-    return curve_of(recorder.snapshots, {"test": s.test, "val": s.val}, s.config.hidden, s.config.activation)
+    return curve_of(recorder.snapshots, {"test": s.test, "val": s.val}, s.config.hidden, s.config.activation,
+                    s.config.curve_points)
 

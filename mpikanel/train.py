@@ -25,6 +25,7 @@ _EARLY_SIGNALS = StopSignals(enabled=True) if __name__ == "__main__" else None
 from .comm import environment  # noqa: E402,F401  - sets MPICH defaults before mpi4py starts MPI
 from .comm.node import node_ranks, processor_names, ranks_on_node
 from .comm.watch import watch_ranks
+from .comm.waits import barrier
 from . import checkpoint as ckpt_mod
 from .config import TrainConfig, make_config, resumed_config
 from .errors import NothingLeft
@@ -150,6 +151,7 @@ def _finish(comm, s: Session, params: np.ndarray, initial: np.ndarray, stats: Wo
         run_info = {**run_info, **cpu_fields(clocks, s.config.servers, wall)}
         summary = publish(s, params, initial, losses, worker_stats[s.config.servers:], produced, server_stats, wall,
                           recorder, run_info, MPI.Get_library_version().splitlines()[0], comm.Get_size())
+    barrier(comm)               # the other ranks asleep while rank 0 evaluates (MPI's own waits poll a core each)
     return comm.bcast(summary, root=0)
 
 

@@ -215,6 +215,8 @@ def finish_ranks(config: TrainConfig, comm: Any, s: Setup, kind: str, params: np
     """
     from mpi4py import MPI
 
+    from ..comm.waits import barrier
+
     floor = np.array(comm.allgather(reduce_s)).min(axis=0) if reduce_s.size else np.zeros(0)
     stats["comm_s"] = float(floor.sum())
     stats["wait_s"] = float((reduce_s - floor).sum())
@@ -222,10 +224,12 @@ def finish_ranks(config: TrainConfig, comm: Any, s: Setup, kind: str, params: np
     workers = comm.gather(stats, root=0)
     losses = comm.gather((s.shard.loss_sum(params), s.shard.rows, s.shard.correct(params)), root=0)
     if comm.Get_rank() != 0:
+        barrier(comm)           # asleep while rank 0 evaluates: MPI's own waits would poll a core each
         return None
     add_step_time_rel(workers)
     n_train = sum(x[1] for x in losses)
-    curve = curve_of(recorder.snapshots, {"test": s.test, "val": s.val}, config.hidden, config.activation)
+    curve = curve_of(recorder.snapshots, {"test": s.test, "val": s.val}, config.hidden, config.activation,
+                     config.curve_points)
     summary = make_summary(kind, config, s.shard.model.name, comm.Get_size(), workers, wall, {
         "data": s.description, "n_train": n_train, "n_test": s.test.rows, "n_val": 0 if s.val is None else s.val.rows,
         "n_params": int(params.size), "train_loss": sum(x[0] for x in losses) / n_train,
@@ -238,6 +242,7 @@ def finish_ranks(config: TrainConfig, comm: Any, s: Setup, kind: str, params: np
         "load_avg_before": load_before, "load_avg_after": load_after, **extra},
         mpi_library=MPI.Get_library_version().splitlines()[0])
     finish(config, summary, curve)
+    barrier(comm)
     return summary
 
 

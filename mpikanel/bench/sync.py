@@ -359,6 +359,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--snapshot-interval", type=float, default=None,
                         help=f"seconds between curve points (default {WORKLOAD['snapshot-interval']}; "
                              "--engine sim: x 4/N at N workers, whose runs are that much shorter)")
+    parser.add_argument("--data", default=None, metavar="DATA",
+                        help="workload override: what every run trains on, as mpikanel.train's --data "
+                             "(e.g. fashion-mnist; default synthetic, whose --synthetic-* flags are then dropped)")
+    parser.add_argument("--train-model", default=None, metavar="MODEL",
+                        help="workload override: what every run trains, as mpikanel.train's --model "
+                             "(e.g. py:examples/jax_cnn.py:make_model; default softmax)")
+    parser.add_argument("--input-shape", default=None, metavar="C,H,W",
+                        help="workload override: mpikanel.train's --input-shape, for a py: model")
+    parser.add_argument("--curve-points", type=int, default=None, metavar="N",
+                        help="workload override: a py: model's curve points (mpikanel.train's --curve-points, "
+                             "default 8): the held time's resolution")
+    parser.add_argument("--slowdown", default=None, metavar="SPEC",
+                        help="replace the scenario's --slowdown (straggler: 1:4), e.g. 1:3 for a 3x straggler")
 
 
 def _flags(values: dict[str, str]) -> list[str]:
@@ -380,8 +393,11 @@ def _execute(cmd: list[str], timeout: float) -> tuple[int | None, str]:
 
 def run_flags(args: argparse.Namespace, scenario: str) -> dict[str, str]:
     """The scenario's flags of every run, with --step-time when given (every model is paced alike)."""
-    step_time = getattr(args, "step_time", None)
-    return {**SCENARIOS[scenario], **({"step-time": f"{step_time:g}"} if step_time else {})}
+    step_time, slowdown = getattr(args, "step_time", None), getattr(args, "slowdown", None)
+    flags = {**SCENARIOS[scenario], **({"step-time": f"{step_time:g}"} if step_time else {})}
+    if slowdown and "slowdown" in flags:
+        flags["slowdown"] = slowdown
+    return flags
 
 
 def run_command(args: argparse.Namespace, out: Path, scenario: str, model: str, lr: float, seed: int,
@@ -482,6 +498,14 @@ def _workload(args: argparse.Namespace) -> dict[str, str]:
             workload[key] = str(value)
     if getattr(args, "warmup", 0):
         workload["warmup"] = f"{args.warmup:g}"
+    for key, flag in (("data", "data"), ("train_model", "model"), ("input_shape", "input-shape"),
+                      ("curve_points", "curve-points")):
+        value = getattr(args, key, None)
+        if value is not None:
+            workload[flag] = str(value)
+    if not workload.get("data", "synthetic").startswith("synthetic"):
+        for key in ("synthetic-rows", "synthetic-features"):
+            workload.pop(key, None)
     return workload
 
 
@@ -578,7 +602,7 @@ def rereport(args: argparse.Namespace) -> int:
             load_record(r)
     scenarios, models = list(old["tables"]), old["models"]
     choices = {(sc, m): old["tables"][sc]["chosen"][m] for sc in scenarios for m in models}
-    for key in ("ranks", "seeds", "lrs", "val_fraction", "step_time"):
+    for key in ("ranks", "seeds", "lrs", "val_fraction", "step_time", "slowdown"):
         setattr(args, key, old.get(key))
     args.schedules, args.schedule_runs = old.get("schedules", {}), old.get("schedule_runs", [])
     keep = {k: old[k] for k in ("command", "git_commit", "versions", "nproc", "load_average_before",
@@ -929,7 +953,7 @@ def report(args: argparse.Namespace, out: Path, scenarios: list[str], models: li
         "step_time": getattr(args, "step_time", None),
         "val_fraction": args.val_fraction, "schedules": getattr(args, "schedules", {}),
         "schedule_runs": getattr(args, "schedule_runs", []),
-        "workload": workload, "models": models, "scenarios": {s: SCENARIOS[s] for s in scenarios},
+        "workload": workload, "models": models, "scenarios": {s: run_flags(args, s) for s in scenarios}, "slowdown": getattr(args, "slowdown", None),
         "tables": tables, "runs": public}, indent=2))
     print(f"results: {out / 'results.md'}, {out / 'results.json'}", file=sys.stderr)
     return 0 if complete else 1

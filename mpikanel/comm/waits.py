@@ -45,3 +45,8 @@ def wait_some(requests: list[MPI.Request], statuses: list[MPI.Status] | None = N
         now = time.perf_counter()
         t0 = now if t0 is None else t0
         time.sleep(pause_after(now - t0))
+
+
+def barrier(comm: MPI.Comm) -> None:
+    """A barrier whose waiting ranks sleep between tests (Ibarrier, then wait_all)."""
+    wait_all([comm.Ibarrier()])
