@@ -3,7 +3,7 @@
 #
 #   scripts/multihost-exec.sh [SSH OPTIONS...] HOST COMMAND...
 #
-# HOST is a host name (h0, h1, ...) or its address (198.18.0.1, ...). The command runs in that
+# HOST is a host name (h0, h1, ...) or its address ($MULTIHOST_SUBNET.1, ...). The command runs in that
 # host's network namespace (its own loopback and address), in a UTS namespace whose hostname is
 # HOST (so MPI.Get_processor_name() tells the hosts apart), with the run's hosts file in place of
 # /etc/hosts (h0.. resolve to their addresses). Like ssh, it joins COMMAND's words and hands them
@@ -11,8 +11,9 @@
 # pass them to ssh. This is the remote launcher hook of both MPI families: hydra's
 # `-launcher ssh -launcher-exec`, Open MPI's `--mca plm_rsh_agent`.
 #
-# Reads MULTIHOST_PREFIX (the namespace prefix) and MULTIHOST_DIR (the run's directory, which
-# holds `hosts`) from the environment that multihost.sh exports to the job.
+# Reads MULTIHOST_PREFIX (the namespace prefix), MULTIHOST_DIR (the run's directory, which holds
+# `hosts`) and MULTIHOST_SUBNET (default 198.18.0) from the environment that multihost.sh exports
+# to the job (slurm-local.sh: to each slurmd).
 set -euo pipefail
 
 while [ $# -gt 0 ] && [ "${1#-}" != "$1" ]; do
@@ -25,8 +26,9 @@ done
 host=$1; shift
 prefix=${MULTIHOST_PREFIX:?multihost-exec: MULTIHOST_PREFIX unset (run under scripts/multihost.sh)}
 dir=${MULTIHOST_DIR:?multihost-exec: MULTIHOST_DIR unset (run under scripts/multihost.sh)}
+subnet=${MULTIHOST_SUBNET:-198.18.0}
 case $host in
-  198.18.0.*) host=h$(( ${host##*.} - 1 )) ;;
+  "$subnet".*) host=h$(( ${host##*.} - 1 )) ;;
   h[0-9]*) ;;
   *) host=$(awk -v h="$host" '$2 == h {print $2; exit}' "$dir/hosts") ;;
 esac

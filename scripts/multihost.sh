@@ -48,25 +48,13 @@ say() { echo "multihost: $*" >&2; }
 usage() { say "usage: multihost.sh [--transport] HOSTS NRANKS -- COMMAND...  |  multihost.sh --cleanup"; exit 2; }
 setup_failed() { say "set-up failed: $*"; exit 3; }
 
-# the namespaces of this prefix that exist now
-our_namespaces() { ip netns list 2>/dev/null | awk -v p="$P" '$1 ~ "^" p "h[0-9]+$" {print $1}'; }
+# shellcheck source=scripts/emulated-hosts.sh
+. "$HERE/emulated-hosts.sh"
+our_namespaces() { hosts_namespaces "$P"; }
 
 # kill every process in our namespaces, then remove namespaces (their veths go with them) and bridge
 cleanup() {
-  local ns pids round
-  for round in 1 2 3; do
-    pids=""
-    for ns in $(our_namespaces); do pids="$pids $(ip netns pids "$ns" 2>/dev/null || true)"; done
-    [ -n "${pids// /}" ] || break
-    # shellcheck disable=SC2086
-    kill -9 $pids 2>/dev/null || true
-    sleep 0.2
-  done
-  for ns in $(our_namespaces); do ip netns del "$ns" 2>/dev/null || true; done
-  ip link del "$BR" 2>/dev/null || true
-  for v in $(ip -o link show 2>/dev/null | awk -F': ' -v p="${P}v" 'index($2, p) == 1 {sub(/@.*/, "", $2); print $2}'); do
-    ip link del "$v" 2>/dev/null || true
-  done
+  hosts_remove "$P"
   [ -z "${RUN_DIR:-}" ] || rm -rf "$RUN_DIR"
 }
 
@@ -144,25 +132,8 @@ RUN_DIR=$(mktemp -d "/tmp/multihost-$P.XXXXXX") || setup_failed "mktemp"
 chmod 755 "$RUN_DIR"
 
 # the hosts: namespace, loopback, veth on the bridge, address; the hosts file names them all
-{
-  echo "127.0.0.1 localhost"
-  for ((i = 0; i < HOSTS; i++)); do echo "$SUBNET.$((i + 1)) h$i"; done
-} >"$RUN_DIR/hosts"
-{
-  ip link add "$BR" type bridge && ip link set "$BR" up
-} 2>"$RUN_DIR/setup.err" || setup_failed "bridge $BR: $(head -1 "$RUN_DIR/setup.err")"
-for ((i = 0; i < HOSTS; i++)); do
-  ns=${P}h$i
-  {
-    ip netns add "$ns" &&
-    ip link add "${P}v$i" type veth peer name eth0 netns "$ns" &&
-    ip link set "${P}v$i" master "$BR" up &&
-    ip -n "$ns" link set lo up &&
-    ip -n "$ns" addr add "$SUBNET.$((i + 1))/24" dev eth0 &&
-    ip -n "$ns" link set eth0 up
-  } 2>"$RUN_DIR/setup.err" || setup_failed "host h$i: $(head -1 "$RUN_DIR/setup.err")"
-done
-export MULTIHOST_PREFIX=$P MULTIHOST_DIR=$RUN_DIR MPIKANEL_WATCH=${MPIKANEL_WATCH:-1} MPIKANEL_WATCH_REPORT=$RUN_DIR/lost
+hosts_create "$P" "$HOSTS" "$SUBNET" "$RUN_DIR" || setup_failed "$HOSTS_ERROR"
+export MULTIHOST_PREFIX=$P MULTIHOST_DIR=$RUN_DIR MULTIHOST_SUBNET=$SUBNET MPIKANEL_WATCH=${MPIKANEL_WATCH:-1} MPIKANEL_WATCH_REPORT=$RUN_DIR/lost
 
 # the launch: mpikanel.run (the project's launcher settings) on h0, the remote hook on the others
 hostlist=$(for ((i = 0; i < HOSTS; i++)); do printf 'h%d,' "$i"; done); hostlist=${hostlist%,}

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Start, stop or inspect a real single-node SLURM cluster on this machine, without systemd.
+# Start, stop or inspect a real SLURM cluster on this machine (one node, or several emulated ones), without systemd.
 #
 #   scripts/slurm-local.sh start  [DIR]   # install if missing, start, wait for the node, print SLURM_CONF
 #   scripts/slurm-local.sh status [DIR]   # daemons alive? node state? (exit 0 only if the node is usable)
@@ -18,6 +18,13 @@
 #     CPUs, one OverSubscribe partition `debug`, JobRequeue=1, no accounting;
 #   - starts slurmctld (fresh state: -c) and slurmd as daemons with pid files in DIR/run and
 #     waits (bounded, $SLURM_LOCAL_WAIT_S, default 30 s) until the node is idle.
+# Several nodes (SLURM_LOCAL_NODES=N > 1, root): N emulated hosts h0..h<N-1> as scripts/multihost.sh
+# makes them (scripts/emulated-hosts.sh: network namespaces SLURM_LOCAL_PREFIX<h i> (prefix default
+# sl) with SLURM_LOCAL_SUBNET.<i+1> (default 198.18.1, in the benchmarking range) on a bridge, each
+# with its own hostname), one slurmd per host (NodeName h<i>, started inside it through
+# scripts/multihost-exec.sh, so every process of a job step runs on its node's network stack), and
+# slurmctld on this machine at SLURM_LOCAL_SUBNET.254, the bridge's address. Jobs then span nodes
+# (`sbatch -N 2`) and MPI between them goes over TCP. `stop` also removes the hosts.
 # Ports: SLURM_LOCAL_CTLD_PORT (6817), SLURM_LOCAL_SLURMD_PORT (6818). SLURM_LOCAL_CPUS (4),
 # SLURM_LOCAL_MIN_JOB_AGE (4: `sbatch --wait` then polls every 2 s instead of backing off to 32 s).
 # Idempotent: `start` on a running cluster only re-checks the node; `stop` on a stopped one is a
@@ -34,13 +41,22 @@ WAIT_S=${SLURM_LOCAL_WAIT_S:-30}
 # MinJobAge <= 4 keeps `sbatch --wait` polling every 2 s (it backs off to 8 and 32 s only while
 # the sleep is below MinJobAge/2); finished jobs leave `scontrol show job` after a few seconds
 MIN_JOB_AGE=${SLURM_LOCAL_MIN_JOB_AGE:-4}
-NODE=localhost
+NODES=${SLURM_LOCAL_NODES:-1}
+PREFIX=${SLURM_LOCAL_PREFIX:-sl}
+SUBNET=${SLURM_LOCAL_SUBNET:-198.18.1}
+HERE=$(cd "$(dirname "$0")" && pwd)
 CONF=$DIR/slurm.conf
 export SLURM_CONF=$CONF
 
 say() { echo "slurm-local: $*" >&2; }
 die() { say "error: $*"; exit 1; }
 cannot() { say "cannot run SLURM here: $*"; exit 3; }
+
+[[ $NODES =~ ^[1-9][0-9]*$ && $NODES -le 64 ]] || { say "SLURM_LOCAL_NODES must be 1-64, not '$NODES'"; exit 2; }
+# the node names: this machine itself, or the emulated hosts h0..
+if [ "$NODES" = 1 ]; then NAMES=(localhost); else NAMES=(); for ((i = 0; i < NODES; i++)); do NAMES+=("h$i"); done; fi
+# shellcheck source=scripts/emulated-hosts.sh
+. "$HERE/emulated-hosts.sh"
 
 # pid from a pid file if that process is alive, else empty
 alive_pid() {
@@ -108,12 +124,21 @@ start_munge() {
 }
 
 write_conf() {
-  local host
-  host=$(hostname)
+  local i ctld_host nodes_line
+  if [ "$NODES" = 1 ]; then
+    ctld_host=localhost
+    nodes_line="NodeName=localhost NodeHostname=$(hostname) CPUs=$CPUS Sockets=1 CoresPerSocket=$CPUS ThreadsPerCore=1 RealMemory=4000 State=UNKNOWN"
+  else
+    # the controller on this machine, reached by the hosts at the bridge's address
+    ctld_host="localhost($SUBNET.254)"
+    nodes_line=$(for ((i = 0; i < NODES; i++)); do
+      echo "NodeName=h$i NodeHostname=h$i NodeAddr=$SUBNET.$((i + 1)) CPUs=$CPUS Sockets=1 CoresPerSocket=$CPUS ThreadsPerCore=1 RealMemory=4000 State=UNKNOWN"
+    done)
+  fi
   cat >"$CONF" <<EOF
-# Written by scripts/slurm-local.sh: a single-node SLURM for local runs and tests.
+# Written by scripts/slurm-local.sh: a $NODES-node SLURM for local runs and tests.
 ClusterName=mpikanel
-SlurmctldHost=localhost
+SlurmctldHost=$ctld_host
 SlurmUser=root
 SlurmdUser=root
 AuthType=auth/munge
@@ -130,11 +155,11 @@ JobAcctGatherType=jobacct_gather/none
 AccountingStorageType=accounting_storage/none
 JobRequeue=1
 SlurmctldPidFile=$DIR/run/slurmctld.pid
-SlurmdPidFile=$DIR/run/slurmd.pid
+SlurmdPidFile=$DIR/run/slurmd-%n.pid
 StateSaveLocation=$DIR/state
-SlurmdSpoolDir=$DIR/spool
+SlurmdSpoolDir=$DIR/spool/%n
 SlurmctldLogFile=$DIR/log/slurmctld.log
-SlurmdLogFile=$DIR/log/slurmd.log
+SlurmdLogFile=$DIR/log/slurmd-%n.log
 SlurmctldPort=$CTLD_PORT
 SlurmdPort=$SLURMD_PORT
 SlurmdParameters=config_overrides
@@ -142,43 +167,89 @@ SlurmctldTimeout=30
 SlurmdTimeout=30
 KillWait=5
 MinJobAge=$MIN_JOB_AGE
-NodeName=$NODE NodeHostname=$host CPUs=$CPUS Sockets=1 CoresPerSocket=$CPUS ThreadsPerCore=1 RealMemory=4000 State=UNKNOWN
-PartitionName=debug Nodes=$NODE Default=YES MaxTime=INFINITE State=UP OverSubscribe=YES
+$nodes_line
+PartitionName=debug Nodes=$(IFS=,; echo "${NAMES[*]}") Default=YES MaxTime=INFINITE State=UP OverSubscribe=YES
 EOF
 }
 
-node_state() { timeout 5 sinfo -h -N -n "$NODE" -o %T 2>/dev/null | head -1; }
-node_idle() { case "$(node_state)" in idle|mixed|allocated) return 0 ;; *) return 1 ;; esac; }
+# the state of every node, one word per line (idle, mixed, down, ...)
+node_states() { timeout 5 sinfo -h -N -o %T 2>/dev/null; }
+node_state() { node_states | sort | uniq -c | awk '{printf "%s%s x%s", (NR > 1 ? ", " : ""), $2, $1}'; }
+nodes_idle() {
+  local up
+  up=$(node_states | grep -cE '^(idle|mixed|allocated)$')
+  [ "$up" = "$NODES" ]
+}
 ctld_up() { timeout 5 scontrol ping 2>/dev/null | grep -q UP; }
+
+# start the slurmd of node $1: here, or inside its emulated host
+start_slurmd() {
+  local name=$1
+  if [ "$NODES" = 1 ]; then
+    timeout 20 slurmd -f "$CONF" -N "$name"
+  else
+    MULTIHOST_PREFIX=$PREFIX MULTIHOST_DIR=$DIR/net MULTIHOST_SUBNET=$SUBNET \
+      timeout 20 "$HERE/multihost-exec.sh" "$name" "$(cgroup_mounts) exec slurmd -f '$CONF' -N '$name'"
+  fi
+}
+
+# `ip netns exec` gives a host a /sys of its own (its network devices) without the cgroup
+# hierarchies slurmd needs: the commands that mount this machine's again there, as they are here
+cgroup_mounts() {
+  awk '$2 == "/sys/fs/cgroup" || index($2, "/sys/fs/cgroup/") == 1 {print $3, $2, $4}' /proc/self/mounts |
+    while read -r fstype dir opts; do
+      case $fstype in
+        tmpfs) echo "mount -t tmpfs -o mode=755 cgroup_root $dir &&" ;;
+        cgroup|cgroup2) echo "mkdir -p $dir && mount -t $fstype -o $opts $fstype $dir &&" ;;
+      esac
+    done
+}
+
+slurmds_alive() {
+  local name
+  for name in "${NAMES[@]}"; do alive_pid "$DIR/run/slurmd-$name.pid" >/dev/null || return 1; done
+}
 
 start() {
   install
   mkdir -p "$DIR"/run "$DIR"/state "$DIR"/spool "$DIR"/log || die "cannot create $DIR"
   start_munge
-  local ctld slurmd
+  local ctld name
   ctld=$(alive_pid "$DIR/run/slurmctld.pid")
-  slurmd=$(alive_pid "$DIR/run/slurmd.pid")
-  if [ -z "$ctld" ] || [ -z "$slurmd" ]; then
-    [ -n "$ctld$slurmd" ] && { say "half-running cluster in $DIR: restarting it"; stop_daemons; }
+  if [ -z "$ctld" ] || ! slurmds_alive; then
+    if [ -n "$ctld" ] || compgen -G "$DIR/run/slurmd-*.pid" >/dev/null; then
+      say "half-running cluster in $DIR: restarting it"; stop_daemons
+    fi
+    if [ "$NODES" -gt 1 ]; then
+      [ "$(id -u)" = 0 ] || cannot "$NODES emulated nodes need root (network namespaces)"
+      { command -v ip && command -v unshare; } >/dev/null || cannot "$NODES emulated nodes need ip (iproute2) and unshare"
+      hosts_remove "$PREFIX"
+      { mkdir -p "$DIR/net" && chmod 755 "$DIR/net" && echo "$PREFIX" >"$DIR/net/prefix"; } || die "cannot create $DIR/net"
+      hosts_create "$PREFIX" "$NODES" "$SUBNET" "$DIR/net" 254 || die "emulated hosts: $HOSTS_ERROR"
+    fi
     write_conf
-    rm -f "$DIR/run/slurmctld.pid" "$DIR/run/slurmd.pid"
+    rm -f "$DIR"/run/slurmctld.pid "$DIR"/run/slurmd-*.pid
     timeout 20 slurmctld -c -f "$CONF" || die "slurmctld failed to start (log: $DIR/log/slurmctld.log)"
     wait_for "slurmctld" 15 ctld_up || die "slurmctld does not answer (log: $DIR/log/slurmctld.log)"
-    timeout 20 slurmd -f "$CONF" -N "$NODE" || die "slurmd failed to start (log: $DIR/log/slurmd.log)"
+    for name in "${NAMES[@]}"; do
+      start_slurmd "$name" || die "slurmd of $name failed to start (log: $DIR/log/slurmd-$name.log)"
+    done
   fi
-  if ! wait_for "node $NODE to become idle" "$WAIT_S" node_idle; then
+  if ! wait_for "$NODES node(s) to become idle" "$WAIT_S" nodes_idle; then
     # a node left down/drained by an earlier run: try to resume it once
-    timeout 5 scontrol update nodename="$NODE" state=resume >/dev/null 2>&1
-    wait_for "node $NODE to become idle" 10 node_idle ||
-      die "node $NODE is '$(node_state)' (logs: $DIR/log/)"
+    timeout 5 scontrol update nodename="$(IFS=,; echo "${NAMES[*]}")" state=resume >/dev/null 2>&1
+    wait_for "$NODES node(s) to become idle" 10 nodes_idle ||
+      die "nodes are '$(node_state)' (logs: $DIR/log/)"
   fi
-  say "up: node $NODE $(node_state), $CPUS CPUs, conf $CONF"
+  say "up: $NODES node(s) ${NAMES[*]}: $(node_state), $CPUS CPUs each, conf $CONF"
   echo "export SLURM_CONF=$CONF"
 }
 
-stop_daemons() {
+# end the daemons of the pid files given
+stop_pids() {
   local f pid
-  for f in "$DIR/run/slurmd.pid" "$DIR/run/slurmctld.pid" "$DIR/run/munged.pid"; do
+  for f in "$@"; do
+    [ -e "$f" ] || continue
     pid=$(alive_pid "$f") || { rm -f "$f"; continue; }
     kill -TERM "$pid" 2>/dev/null
     local end=$((SECONDS + 10))
@@ -188,22 +259,37 @@ stop_daemons() {
   done
 }
 
+# the SLURM daemons and the emulated hosts (munged stays: a restart needs it)
+stop_daemons() {
+  stop_pids "$DIR"/run/slurmd-*.pid "$DIR/run/slurmctld.pid"
+  # the emulated hosts, and anything a job left running in them
+  if [ -s "$DIR/net/prefix" ]; then
+    hosts_remove "$(cat "$DIR/net/prefix")"
+    rm -rf "$DIR/net"
+  fi
+}
+
 stop() {
   [ -d "$DIR/run" ] || { say "nothing to stop in $DIR"; return 0; }
   stop_daemons
+  stop_pids "$DIR/run/munged.pid"
   say "stopped ($DIR)"
 }
 
 status() {
-  local rc=0 n pid
-  for n in munged slurmctld slurmd; do
-    if pid=$(alive_pid "$DIR/run/$n.pid"); then echo "$n: running (pid $pid)"
-    elif [ "$n" = munged ] && munge_ok; then echo "munged: running (not started by this script)"
-    else echo "$n: not running"; rc=1; fi
+  local rc=0 pid name
+  if pid=$(alive_pid "$DIR/run/munged.pid"); then echo "munged: running (pid $pid)"
+  elif munge_ok; then echo "munged: running (not started by this script)"
+  else echo "munged: not running"; rc=1; fi
+  if pid=$(alive_pid "$DIR/run/slurmctld.pid"); then echo "slurmctld: running (pid $pid)"
+  else echo "slurmctld: not running"; rc=1; fi
+  for name in "${NAMES[@]}"; do
+    if pid=$(alive_pid "$DIR/run/slurmd-$name.pid"); then echo "slurmd $name: running (pid $pid)"
+    else echo "slurmd $name: not running"; rc=1; fi
   done
   if [ "$rc" = 0 ]; then
-    echo "node $NODE: $(node_state)"
-    node_idle || rc=1
+    echo "nodes: $(node_state)"
+    nodes_idle || rc=1
     echo "export SLURM_CONF=$CONF"
   fi
   return $rc

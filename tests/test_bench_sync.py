@@ -257,6 +257,25 @@ def test_step_time_paces_every_model_baselines_included(model, tmp_path):
     assert "--step-time" not in unpaced
 
 
+@pytest.mark.parametrize("model", ["bsp", "allreduce"])
+def test_a_workload_of_another_data_and_model_reaches_every_run_and_replaces_the_synthetic_one(model, tmp_path):
+    args = argparse.Namespace(ranks=5, engine="mpi", step_time=None, val_fraction=0.1, quick=False, warmup=0,
+                              synthetic_rows=None, synthetic_features=None, batch_size=None, epochs=2,
+                              snapshot_interval=None, data="fashion-mnist", train_model="py:cnn.py:make",
+                              input_shape="1,28,28", curve_points=16, slowdown="1:3")
+    workload = bench._workload(args)
+    assert "synthetic-rows" not in workload and "synthetic-features" not in workload
+    cmd = bench.run_command(args, tmp_path, "straggler", model, 0.1, 0, workload)[0]
+    flag = {k: cmd[cmd.index(k) + 1] for k in ("--data", "--model", "--input-shape", "--curve-points",
+                                               "--slowdown", "--epochs")}
+    assert flag == {"--data": "fashion-mnist", "--model": "py:cnn.py:make", "--input-shape": "1,28,28",
+                    "--curve-points": "16", "--slowdown": "1:3", "--epochs": "2"}
+    assert cmd.count("--slowdown") == 1
+    # --slowdown replaces a scenario's straggler; a scenario without one gets none
+    assert "--slowdown" not in bench.run_flags(args, "homogeneous")
+    assert bench.run_flags(argparse.Namespace(step_time=None, slowdown=None), "straggler")["slowdown"] == "1:4"
+
+
 def test_runs_whose_pacing_was_not_held_are_noted():
     runs = [_rec("allreduce", scenario="straggler", pacing_held=False, pacing_missed_share=0.2),
             _rec("bsp", scenario="straggler", pacing_held=True, pacing_missed_share=0.0)]

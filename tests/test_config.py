@@ -29,6 +29,7 @@ def test_inf_staleness_round_trips():
 @pytest.mark.parametrize("changes,match", [
     ({"lr": 0}, "--lr"), ({"batch_size": 0}, "--batch-size"), ({"test_fraction": 1.0}, "--test-fraction"),
     ({"staleness": -1}, "--staleness"), ({"sync": "xyz"}, "sync"), ({"epochs": 0}, "--epochs"),
+    ({"curve_points": 1}, "--curve-points"),
 ])
 def test_bad_values(changes, match):
     with pytest.raises(InputError, match=match):

@@ -17,7 +17,9 @@ CNN = f"py:{HERE.parent / 'examples' / 'jax_cnn.py'}:make_model"
 FASHION = Path("/usr/share/datasets/fashion-mnist")
 LOG_RUN = ["--model", LOGISTIC, "--synthetic-classes", "2", "--synthetic-rows", "6000", "--synthetic-features", "20",
            "--epochs", "2", "--lr", "0.5", "--progress", "off"]
-CNN_RUN = ["--model", CNN, "--input-shape", "1,12,12", "--epochs", "1", "--lr", "0.1", "--progress", "off"]
+# two curve points (the first and the last snapshot): each is a forward pass over the test rows
+CNN_RUN = ["--model", CNN, "--input-shape", "1,12,12", "--epochs", "1", "--lr", "0.1", "--progress", "off",
+           "--curve-points", "2"]
 IMAGES = 5000
 needs_jax = pytest.mark.skipif(importlib.util.find_spec("jax") is None,
                                reason="JAX is not installed (pip install -e '.[jax]')")
@@ -51,6 +53,17 @@ def test_numpy_gradient_model_trains_under_every_sync_model(sync, tmp_path):
     assert s["model"] == LOGISTIC and s["sync"] == sync
     assert s["deltas_applied"] > 0 and s["delta_sum_rel_error"] < 1e-9
     assert s["test_accuracy"] > 0.75, s["test_accuracy"]      # the untrained model is at chance (~0.5)
+
+
+def test_curve_points_sets_how_many_snapshots_a_py_model_is_evaluated_at(tmp_path):
+    from mpikanel.metrics import read_metrics
+
+    for points in (3, 6):
+        metrics = tmp_path / f"m{points}.h5"
+        proc, _ = run_train(3, *LOG_RUN, "--snapshot-interval", "0.005", "--curve-points", str(points),
+                            "--metrics", str(metrics), tmp_path=tmp_path)
+        assert proc.returncode == 0, proc.stderr
+        assert len(read_metrics(str(metrics))["curve"]["time_s"]) == points
 
 
 def test_bsp_is_bitwise_reproducible_for_a_seed_with_one_or_two_servers(tmp_path):
@@ -127,7 +140,7 @@ def test_jax_cnn_trains_with_two_servers_and_its_saved_model_predicts_as_reporte
 def test_jax_cnn_on_fashion_mnist_images(tmp_path):
     # the evaluation dominates: the network's forward pass over 60k training and 10k test images
     proc, s = run_train(3, "--data", "fashion-mnist", "--model", CNN, "--input-shape", "1,28,28", "--lr", "0.05",
-                        "--max-steps", "60", "--progress", "off", tmp_path=tmp_path, timeout=580)
+                        "--max-steps", "60", "--progress", "off", "--curve-points", "2", tmp_path=tmp_path, timeout=580)
     assert proc.returncode == 0, proc.stderr
     assert s["test_accuracy"] > 0.5, s["test_accuracy"]           # 120 steps of 64 images; chance is 0.1
 

@@ -9,7 +9,8 @@ timeout) fails the tests everywhere, so a regression in the set-up cannot hide.
 
 Knobs: MPIKANEL_SLURM_DIR (default /tmp/mpikanel-slurm-tests-UID), MPIKANEL_SLURM_PORTS
 ("CTLD,SLURMD", default "6827,6828" so a cluster you started by hand on 6817/6818 is left alone),
-MPIKANEL_SLURM_SKIP=1 to skip these tests outright.
+MPIKANEL_SLURM_SKIP=1 to skip these tests outright. `slurm_nodes` is a second cluster of two emulated
+nodes (root: network namespaces sth0/sth1 on 198.18.2.0/24, ports 6837/6838), for the jobs that span nodes.
 """
 from __future__ import annotations
 
@@ -35,17 +36,16 @@ def _skip_reason(proc: subprocess.CompletedProcess) -> str:
     return lines[-1] if lines else f"exit code {proc.returncode}"
 
 
-@pytest.fixture(scope="session")
-def slurm(tmp_path_factory) -> Slurm:
+def _cluster(sdir: Path, ports: str, **settings: str):
+    """Start (or reuse) a cluster with scripts/slurm-local.sh; yield its handle; stop it if it was not up."""
     if os.environ.get("MPIKANEL_SLURM_SKIP"):
         pytest.skip("MPIKANEL_SLURM_SKIP is set")
     if not sys.platform.startswith("linux") or shutil.which("bash") is None:
         need("SLURM", "the SLURM tests need Linux and bash")
-    ctld_port, slurmd_port = os.environ.get("MPIKANEL_SLURM_PORTS", "6827,6828").split(",")
-    sdir = Path(os.environ.get("MPIKANEL_SLURM_DIR", f"/tmp/mpikanel-slurm-tests-{os.getuid()}"))
+    ctld_port, slurmd_port = ports.split(",")
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(("SLURM_", "SBATCH_", "SRUN_", "SALLOC_", "PMI_", "PMIX_", "HYDRA_", "OMPI_"))}
-    env.update(SLURM_LOCAL_CTLD_PORT=ctld_port, SLURM_LOCAL_SLURMD_PORT=slurmd_port)
+    env.update(SLURM_LOCAL_CTLD_PORT=ctld_port, SLURM_LOCAL_SLURMD_PORT=slurmd_port, **settings)
     t0 = time.monotonic()
     was_up = _run(["bash", str(SCRIPT), "status", str(sdir)], env, 30).returncode == 0
     proc = _run(["bash", str(SCRIPT), "start", str(sdir)], env, 420)
@@ -65,6 +65,27 @@ def slurm(tmp_path_factory) -> Slurm:
     finally:
         if not was_up:
             _run(["bash", str(SCRIPT), "stop", str(sdir)], env, 60)
+
+
+@pytest.fixture(scope="session")
+def slurm() -> Slurm:
+    """One node: this machine."""
+    yield from _cluster(Path(os.environ.get("MPIKANEL_SLURM_DIR", f"/tmp/mpikanel-slurm-tests-{os.getuid()}")),
+                        os.environ.get("MPIKANEL_SLURM_PORTS", "6827,6828"))
+
+
+#: the emulated nodes' namespaces (sth0, sth1) and subnet: apart from a hand-started cluster's
+#: (sl, 198.18.1) and scripts/multihost.sh's (mh/mkt, 198.18.0)
+NODES_PREFIX, NODES_SUBNET = "st", "198.18.2"
+
+
+@pytest.fixture(scope="session")
+def slurm_nodes() -> Slurm:
+    """Two emulated nodes h0 and h1 (network namespaces, one slurmd each): root only."""
+    if os.geteuid() != 0:
+        need("root", "SLURM across emulated nodes needs root (network namespaces); run the tests as root")
+    yield from _cluster(Path(f"/tmp/mpikanel-slurm-nodes-tests-{os.getuid()}"), "6837,6838",
+                        SLURM_LOCAL_NODES="2", SLURM_LOCAL_PREFIX=NODES_PREFIX, SLURM_LOCAL_SUBNET=NODES_SUBNET)
 
 
 @pytest.fixture

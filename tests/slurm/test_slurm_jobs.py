@@ -84,16 +84,18 @@ def test_sweep_array_completes(slurm: Slurm, jobdir: Path) -> None:
 
 
 def _signal_requeue_resume(slurm: Slurm, jobdir: Path, env: dict[str, str], ntasks: int, timeout: float,
-                           trains_s: float, requeue_ntasks: int | None = None) -> tuple[str, str, dict[str, str]]:
-    """Submit checkpointed.sbatch with `sbatch --wait`, signal it once training runs, release the
-    requeued job (with `requeue_ntasks` tasks if given: another allocation size), and wait for the end; returns (job id, the job's log, the last scontrol record
+                           trains_s: float, requeue_ntasks: int | None = None, nodes: int | None = None,
+                           requeue_nodes: int | None = None) -> tuple[str, str, dict[str, str]]:
+    """Submit checkpointed.sbatch with `sbatch --wait` (on `nodes` nodes if given), signal it once
+    training runs, release the requeued job (with `requeue_ntasks` tasks on `requeue_nodes` nodes if
+    given: another allocation), and wait for the end; returns (job id, the job's log, the last scontrol record
     seen: the finished job's, as SLURM keeps it for MinJobAge seconds and it is polled meanwhile).
     `trains_s`: the least time the first run trains after its STARTED line (paced by construction);
     the signal goes only while at least MARGIN_S of it is left."""
     name = f"ckpt-{uuid.uuid4().hex[:8]}"
     # --time/--signal: the script's own warning (B:USR1 300 s before the limit) must not fire here
     cmd = ["sbatch", "--wait", "--time=15", "--signal=B:USR1@60", f"--ntasks={ntasks}", f"--job-name={name}",
-           f"--output={jobdir}/%x-%j.out", str(JOBS / "checkpointed.sbatch")]
+           *([f"--nodes={nodes}"] if nodes else []), f"--output={jobdir}/%x-%j.out", str(JOBS / "checkpointed.sbatch")]
     deadline = time.monotonic() + timeout
     not_yet = [time.monotonic()]    # when the STARTED line was last seen missing: it came later
     waiter = subprocess.Popen(cmd, env=env, cwd=jobdir, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
@@ -138,7 +140,7 @@ def _signal_requeue_resume(slurm: Slurm, jobdir: Path, env: dict[str, str], ntas
         if rec.get("JobState") == "PENDING":
             if requeue_ntasks is not None:
                 slurm.cmd("scontrol", "update", f"jobid={job_id}", f"NumTasks={requeue_ntasks}",
-                          f"NumCPUs={requeue_ntasks}")
+                          f"NumCPUs={requeue_ntasks}", *([f"NumNodes={requeue_nodes}"] if requeue_nodes else []))
             slurm.cmd("scontrol", "update", f"jobid={job_id}", "starttime=now")
         # SLURM forgets a finished job after MinJobAge (4 s here): poll its record while sbatch
         # --wait runs and keep the last one seen, so the final state is always checked
@@ -245,4 +247,64 @@ def test_requeued_job_resumes_on_another_task_count(slurm: Slurm, jobdir: Path) 
     assert summary["reshaped"]["ranks"] == 4 and summary["workers"] == 2, summary.get("reshaped")
     assert summary["samples"] + summary["reshaped"]["samples_before"] == summary["samples_budget"] == 8 * 18000
     assert summary["deltas_sent"] == summary["deltas_applied"] and summary["delta_sum_rel_error"] < 1e-9
+    assert rec.get("JobState") == "COMPLETED" and rec.get("Restarts") == "1", rec
+
+
+# ---------------------------------------------------------------- across emulated nodes (root)
+
+def _part_hosts(manifest: dict) -> set[str]:
+    """The hosts that wrote a checkpoint's parts, as its manifest names them."""
+    return {part["host"] for part in manifest["files"]}
+
+
+def _nodes_seen(summary: dict) -> dict[str, list[int]]:
+    """The summary's node_ranks as {host: ranks}."""
+    return {name: list(ranks) for name, ranks in summary["node_ranks"].items()}
+
+
+@pytest.mark.timeout(240, func_only=True)
+@pytest.mark.parametrize("launcher", ["srun", "mpiexec"])
+def test_train_job_spans_two_nodes_and_bsp_matches_one_host(slurm_nodes: Slurm, jobdir: Path, tmp_path_factory,
+                                                            launcher: str) -> None:
+    """`sbatch -N 2`: the ranks run on both emulated nodes (TCP between them) and BSP gives the
+    same model as the same job on one host."""
+    t0 = time.monotonic()
+    env = slurm_nodes.job_env(MPIKANEL_LAUNCHER=launcher, MPIKANEL_RUN_DIR=str(jobdir / "run"), MPIKANEL_ARGS=SMALL)
+    proc = _sbatch_wait(slurm_nodes, jobdir, "train.sbatch", "--nodes=2", "--ntasks=4", "--ntasks-per-node=2",
+                        env=env)
+    assert proc.returncode == 0, f"{proc.stdout}{proc.stderr}\n{_logs(jobdir)}"
+    summary = json.loads((jobdir / "run" / "summary.json").read_text())
+    assert summary["nodes"] == 2, summary.get("node_ranks")
+    seen = _nodes_seen(summary)
+    assert sorted(seen) == ["h0", "h1"] and sorted(r for ranks in seen.values() for r in ranks) == [0, 1, 2, 3], seen
+    assert "ranks on h[0-1]" in _logs(jobdir), _logs(jobdir)
+    ref = _uninterrupted(SMALL, 4, tmp_path_factory.mktemp("one-host"))
+    assert ref["nodes"] == 1
+    assert summary["params_sha256"] == ref["params_sha256"], "BSP across two nodes must match one host bitwise"
+    sys.stderr.write(f"[slurm] train.sbatch -N 2 ({launcher}) took {time.monotonic() - t0:.1f}s\n")
+
+
+@pytest.mark.timeout(300, func_only=True)
+def test_checkpointed_job_on_two_nodes_is_requeued_onto_one(slurm_nodes: Slurm, jobdir: Path) -> None:
+    """checkpointed.sbatch on 2 nodes x 2 ranks: signalled, every rank writes its part of the checkpoint
+    from its own node into one directory; the requeued job gets 1 node and 3 ranks, resumes from
+    those parts, loses no work and completes the shared budget exactly."""
+    ckpt = jobdir / "ckpt"
+    # 18000 x 8 samples over 3 workers, an 8 ms pause in every step of 64: >= 6 s of training
+    args = "--synthetic-rows 20000 --epochs 8 --pause-prob 1 --pause-s 0.008 --sync ssp"
+    env = slurm_nodes.job_env(MPIKANEL_LAUNCHER="mpiexec", MPIKANEL_CKPT_DIR=str(ckpt), MPIKANEL_CKPT_EVERY="0",
+                              MPIKANEL_ARGS=args)
+    job_id, log, rec = _signal_requeue_resume(slurm_nodes, jobdir, env, ntasks=4, nodes=2, timeout=240,
+                                              trains_s=18000 * 8 / 64 / 3 * 0.008, requeue_ntasks=3, requeue_nodes=1)
+    assert "run 0: training exited with code 75" in log and f"requeued job {job_id}" in log, log
+    run1 = log[log.index("run 1:"):]
+    assert "resuming on 3" in run1 and "run 1: training exited with code 0" in run1, log
+    summary = json.loads((ckpt / "summary.json").read_text())
+    assert summary["nodes"] == 1, summary.get("node_ranks")
+    assert summary["reshaped"]["ranks"] == 4 and summary["workers"] == 2, summary.get("reshaped")
+    assert summary["samples"] + summary["reshaped"]["samples_before"] == summary["samples_budget"] == 8 * 18000
+    assert summary["deltas_sent"] == summary["deltas_applied"] and summary["delta_sum_rel_error"] < 1e-9
+    # the checkpoint the second run resumed from: its parts were written on both nodes
+    manifest = json.loads((Path(summary["resumed_from"]) / "manifest.json").read_text())
+    assert _part_hosts(manifest) == {"h0", "h1"}, manifest
     assert rec.get("JobState") == "COMPLETED" and rec.get("Restarts") == "1", rec

@@ -49,3 +49,16 @@ def test_retries_end_at_the_deadline(tmp_path: Path) -> None:
 ])
 def test_controller_unreachable(stderr: str, expected: bool) -> None:
     assert controller_unreachable(stderr) is expected
+
+
+@pytest.mark.parametrize("nodes", ["0", "x", "65"])
+def test_a_bad_node_count_is_one_line_and_exit_2(nodes: str, tmp_path: Path) -> None:
+    import os
+    import subprocess
+
+    from slurm_support import SCRIPT
+
+    proc = subprocess.run(["bash", str(SCRIPT), "status", str(tmp_path)], capture_output=True, text=True, timeout=30,
+                          env={**os.environ, "SLURM_LOCAL_NODES": nodes})
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == [f"slurm-local: SLURM_LOCAL_NODES must be 1-64, not '{nodes}'"]
