@@ -19,7 +19,7 @@
 #   - starts slurmctld (fresh state: -c) and slurmd as daemons with pid files in DIR/run and
 #     waits (bounded, $SLURM_LOCAL_WAIT_S, default 30 s) until the node is idle.
 # Several nodes (SLURM_LOCAL_NODES=N > 1, root): N emulated hosts h0..h<N-1> as scripts/multihost.sh
-# makes them (scripts/emulated-hosts.sh: network namespaces SLURM_LOCAL_PREFIX<h i> (prefix default
+# makes them (scripts/emulated-hosts.sh: network namespaces <prefix>h<i> (SLURM_LOCAL_PREFIX, default
 # sl) with SLURM_LOCAL_SUBNET.<i+1> (default 198.18.1, in the benchmarking range) on a bridge, each
 # with its own hostname), one slurmd per host (NodeName h<i>, started inside it through
 # scripts/multihost-exec.sh, so every process of a job step runs on its node's network stack), and
@@ -217,7 +217,7 @@ start() {
   local ctld name
   ctld=$(alive_pid "$DIR/run/slurmctld.pid")
   if [ -z "$ctld" ] || ! slurmds_alive; then
-    if [ -n "$ctld" ] || compgen -G "$DIR/run/slurmd-*.pid" >/dev/null; then
+    if [ -n "$ctld" ] || compgen -G "$DIR/run/slurmd*.pid" >/dev/null; then
       say "half-running cluster in $DIR: restarting it"; stop_daemons
     fi
     if [ "$NODES" -gt 1 ]; then
@@ -228,7 +228,7 @@ start() {
       hosts_create "$PREFIX" "$NODES" "$SUBNET" "$DIR/net" 254 || die "emulated hosts: $HOSTS_ERROR"
     fi
     write_conf
-    rm -f "$DIR"/run/slurmctld.pid "$DIR"/run/slurmd-*.pid
+    rm -f "$DIR"/run/slurmctld.pid "$DIR"/run/slurmd*.pid
     timeout 20 slurmctld -c -f "$CONF" || die "slurmctld failed to start (log: $DIR/log/slurmctld.log)"
     wait_for "slurmctld" 15 ctld_up || die "slurmctld does not answer (log: $DIR/log/slurmctld.log)"
     for name in "${NAMES[@]}"; do
@@ -261,7 +261,7 @@ stop_pids() {
 
 # the SLURM daemons and the emulated hosts (munged stays: a restart needs it)
 stop_daemons() {
-  stop_pids "$DIR"/run/slurmd-*.pid "$DIR/run/slurmctld.pid"
+  stop_pids "$DIR"/run/slurmd*.pid "$DIR/run/slurmctld.pid"
   # the emulated hosts, and anything a job left running in them
   if [ -s "$DIR/net/prefix" ]; then
     hosts_remove "$(cat "$DIR/net/prefix")"

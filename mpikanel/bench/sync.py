@@ -953,7 +953,8 @@ def report(args: argparse.Namespace, out: Path, scenarios: list[str], models: li
         "step_time": getattr(args, "step_time", None),
         "val_fraction": args.val_fraction, "schedules": getattr(args, "schedules", {}),
         "schedule_runs": getattr(args, "schedule_runs", []),
-        "workload": workload, "models": models, "scenarios": {s: run_flags(args, s) for s in scenarios}, "slowdown": getattr(args, "slowdown", None),
+        "workload": workload, "models": models, "scenarios": {s: run_flags(args, s) for s in scenarios},
+        "slowdown": getattr(args, "slowdown", None),
         "tables": tables, "runs": public}, indent=2))
     print(f"results: {out / 'results.md'}, {out / 'results.json'}", file=sys.stderr)
     return 0 if complete else 1
