@@ -296,7 +296,10 @@ def test_checkpointed_job_on_two_nodes_is_requeued_onto_one(slurm_nodes: Slurm, 
                               MPIKANEL_ARGS=args)
     job_id, log, rec = _signal_requeue_resume(slurm_nodes, jobdir, env, ntasks=4, nodes=2, timeout=240,
                                               trains_s=18000 * 8 / 64 / 3 * 0.008, requeue_ntasks=3, requeue_nodes=1)
-    assert "run 0: training exited with code 75" in log and f"requeued job {job_id}" in log, log
+    # across nodes Hydra passes on 75 or reports 255 (seen both); the script counts the checkpoint
+    assert re.search(r"run 0: (training exited with code 75|the launcher reported \d+, but \S+ was committed "
+                     r"after the signal: checkpointed \(75\))", log), log
+    assert f"requeued job {job_id}" in log, log
     run1 = log[log.index("run 1:"):]
     assert "resuming on 3" in run1 and "run 1: training exited with code 0" in run1, log
     summary = json.loads((ckpt / "summary.json").read_text())
