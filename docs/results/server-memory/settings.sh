@@ -22,12 +22,13 @@ job=(--servers 1 --sync asp --model logistic --data synthetic-sparse --synthetic
 
 # the peak RssAnon and RssShmem (kB) of the rank-0 process tagged $1, until $2 (the job's pid) ends
 sample() {
-  local tag=$1 job=$2 pid="" anon=0 shm=0 a s f
+  local tag=$1 job=$2 pid="" anon=0 shm=0 a s f e
   while kill -0 "$job" 2>/dev/null; do
     if [ -z "$pid" ]; then
       for f in /proc/[0-9]*/environ; do
-        if tr '\0' '\n' <"$f" 2>/dev/null | grep -qx "MPIKANEL_MEMTAG=$tag" &&
-           tr '\0' '\n' <"$f" 2>/dev/null | grep -qxE '(PMI_RANK|OMPI_COMM_WORLD_RANK)=0'; then
+        # one read per process (gone or not ours: nothing, quietly)
+        e=$({ tr '\0' '\n' <"$f"; } 2>/dev/null) || continue
+        if grep -qx "MPIKANEL_MEMTAG=$tag" <<<"$e" && grep -qxE '(PMI_RANK|OMPI_COMM_WORLD_RANK)=0' <<<"$e"; then
           pid=${f#/proc/}; pid=${pid%/environ}; break
         fi
       done
