@@ -23,7 +23,7 @@ from .engine.sparse import effective_mode
 from .engine.worker_core import StepPlan
 from .errors import InputError
 from .hetero import HeteroSpec, ServerDelay, parse_hetero
-from .kernels import CSR, BoundModel, Model, bind, cache_is_cold, get_model, warmup
+from .kernels import CSR, BoundModel, Model, bind, cache_is_cold, get_model, kernels_cached, mark_cached, warmup
 from .preflight import check_fits, machine_memory
 from .sync import Schedule, SyncPolicy
 
@@ -172,14 +172,21 @@ def step_plan(config: TrainConfig, n_classes: int, n_workers: int, train_rows: i
 
 
 def warm_ranks(comm: Any, model: Model, sparse: bool | None = None, quiet: bool = True) -> None:
-    """Compile the model's kernels into the numba cache on rank 0 first; the others then load them.
+    """Load the model's kernels from numba's cache on every rank at once, or, where some rank finds
+    them not cached, compile them on rank 0 first and then load them on the others.
     `sparse` (the data's kind, the same on every rank) loads only the CSR or only the dense kernels:
     each cached kernel costs a rank about a tenth of a second to load."""
     kinds = {} if sparse is None else {"dense": not sparse, "sparse": sparse}
+    # where every rank finds them cached (a marker per host and CPU), all load at once: rank 0's
+    # turn alone cost each launch half a second of numba's start-up
+    if comm.allreduce(0 if kernels_cached(model, **kinds) else 1) == 0:
+        warmup(model, **kinds)
+        return
     if comm.Get_rank() == 0:
         if not quiet and model.compiled and cache_is_cold():
             print("mpikanel: compiling kernels, once: ~20 s", file=sys.stderr, flush=True)
         warmup(model, **kinds)
+        mark_cached(model, **kinds)
     comm.Barrier()
     if comm.Get_rank() != 0:
         warmup(model, **kinds)

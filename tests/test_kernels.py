@@ -496,7 +496,68 @@ def test_a_cold_kernel_cache_is_seen_before_anything_compiles(tmp_path):
     env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path)}
     cold = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
     assert cold.stdout.strip() == "True", cold.stderr
-    warm_code = "from mpikanel.kernels import cache_is_cold, get_model, warmup; warmup(get_model('logistic'), " \
-                "sparse=False); print(cache_is_cold())"
+    # kernels_cached: only what mark_cached recorded after a warmup, for that model and kind alone
+    warm_code = ("from mpikanel.kernels import cache_is_cold, get_model, kernels_cached, mark_cached, warmup\n"
+                 "m = get_model('logistic'); warmup(m, sparse=False); print(cache_is_cold())\n"
+                 "before = kernels_cached(m, sparse=False); mark_cached(m, sparse=False)\n"
+                 "print(before, kernels_cached(m, sparse=False), kernels_cached(m), "
+                 "kernels_cached(get_model('svm'), sparse=False))")
     warm = subprocess.run([sys.executable, "-c", warm_code], env=env, capture_output=True, text=True, timeout=300)
-    assert warm.stdout.strip() == "False", warm.stderr
+    assert warm.stdout.split() == ["False", "False", "True", "False", "False"], warm.stderr
+
+
+def test_the_warm_marker_names_what_numba_keys_its_cache_by(monkeypatch):
+    import numba
+
+    from mpikanel.kernels import _warm_marker
+
+    if _warm_marker(get_model("logistic"), True, True) is None:
+        pytest.skip("numba does not cache the kernels here")
+    names = {_warm_marker(get_model(m, **h), d, sp).name for m, h in
+             (("logistic", {}), ("mlp", {}), ("mlp", {"activation": "tanh"})) for d, sp in ((True, False), (False, True))}
+    assert len(names) == 6                          # model, its hyper-parameters, dense or CSR
+    before = _warm_marker(get_model("logistic"), True, False)
+    monkeypatch.setattr(numba, "__version__", "0.0.0")
+    assert _warm_marker(get_model("logistic"), True, False) != before
+    monkeypatch.undo()
+    user = register_model("warm_marker_user", _sqhinge_grad, _sqhinge_loss, lambda d, C: d + 1, replace=True)
+    try:
+        assert _warm_marker(user, True, False) is None    # its sources are the user's: always warmed one rank first
+    finally:
+        unregister_model("warm_marker_user")
+
+
+class _Comm:
+    """What warm_ranks uses of a communicator: rank `rank` of ranks where `uncached` do not find the marker."""
+
+    def __init__(self, rank: int, uncached_elsewhere: int, log: list):
+        self.rank, self.others, self.log = rank, uncached_elsewhere, log
+
+    def Get_rank(self) -> int:
+        return self.rank
+
+    def allreduce(self, x: int) -> int:
+        return x + self.others
+
+    def Barrier(self) -> None:
+        self.log.append("barrier")
+
+
+@pytest.mark.parametrize("rank", [0, 2])
+@pytest.mark.parametrize("cached_here, uncached_elsewhere", [(True, 0), (True, 1), (False, 0)])
+def test_warm_ranks_loads_on_every_rank_at_once_only_where_every_rank_has_the_marker(
+        monkeypatch, rank, cached_here, uncached_elsewhere):
+    from mpikanel import session
+
+    log: list = []
+    monkeypatch.setattr(session, "kernels_cached", lambda model, **kinds: cached_here)
+    monkeypatch.setattr(session, "warmup", lambda model, **kinds: log.append(("warmup", kinds)))
+    monkeypatch.setattr(session, "mark_cached", lambda model, **kinds: log.append("mark"))
+    session.warm_ranks(_Comm(rank, uncached_elsewhere, log), get_model("logistic"), sparse=False)
+    kinds = {"dense": True, "sparse": False}
+    if cached_here and not uncached_elsewhere:
+        assert log == [("warmup", kinds)]                              # no turn-taking
+    elif rank == 0:
+        assert log == [("warmup", kinds), "mark", "barrier"]           # compiles alone, then records it
+    else:
+        assert log == ["barrier", ("warmup", kinds)]                   # loads what rank 0 compiled

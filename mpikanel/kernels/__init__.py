@@ -9,6 +9,8 @@ User models: ``register_model(name, grad, loss_sum, n_params, ...)`` (signatures
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
 from typing import Callable
 
 import numpy as np
@@ -19,8 +21,8 @@ from .base import CSR, BoundModel, Model, bind, l2_penalty
 from .lazy import LazyDecay, lazy_decay
 from .custom import make_model
 
-__all__ = ["CSR", "KERNELS", "BUILTIN", "BoundModel", "LazyDecay", "Model", "bind", "get_model", "l2_penalty",
-           "lazy_decay", "register_model", "set_threads", "unregister_model", "warmup"]
+__all__ = ["CSR", "KERNELS", "BUILTIN", "BoundModel", "LazyDecay", "Model", "bind", "get_model", "kernels_cached",
+           "l2_penalty", "lazy_decay", "mark_cached", "register_model", "set_threads", "unregister_model", "warmup"]
 
 BUILTIN: tuple[str, ...] = ("logistic", "softmax", "svm", "lsq", "mlp")
 KERNELS: dict[str, Model] = {m.name: m for m in (logistic.MODEL, softmax.MODEL, svm.MODEL, lsq.MODEL, mlp.MODEL)}
@@ -90,16 +92,54 @@ def warmup(model: Model, dense: bool = True, sparse: bool = True) -> None:
         bound.correct(w)
 
 
-def cache_is_cold() -> bool:
-    """Whether numba's cache holds no compiled kernel yet: the first run compiles them (~20 s)."""
-    from pathlib import Path
-
+def _cache_dir() -> Path | None:
+    """numba's cache directory of this package's kernels (None when numba does not cache them)."""
     from ._linear import dense_loss
     try:
-        where = Path(dense_loss._cache._cache_path)     # numba's cache directory of this package's kernels
+        return Path(dense_loss._cache._cache_path)
     except AttributeError:
-        return False
-    return not any(where.glob("*.nbc"))
+        return None
+
+
+def cache_is_cold() -> bool:
+    """Whether numba's cache holds no compiled kernel yet: the first run compiles them (~20 s)."""
+    where = _cache_dir()
+    return where is not None and not any(where.glob("*.nbc"))
+
+
+def _warm_marker(model: Model, dense: bool, sparse: bool) -> Path | None:
+    """The file that says warmup(model, dense, sparse) filled this numba cache: its name hashes what
+    numba keys a cached kernel by (the kernels' source files' mtime and size, numba, Python, the
+    CPU), so any change that makes numba compile again names another file. None for user models
+    (their kernels' sources are the user's) and where numba does not cache."""
+    where = _cache_dir()
+    if where is None or not model.compiled or model.name not in BUILTIN:
+        return None
+    import hashlib
+
+    import numba
+    from llvmlite import binding as llvm
+
+    stamps = [(p.name, p.stat().st_mtime_ns, p.stat().st_size) for p in sorted(Path(__file__).parent.glob("*.py"))]
+    key = repr((model.name, model.description, dense, sparse and model.supports_csr, numba.__version__, sys.version,
+                llvm.get_host_cpu_name(), llvm.get_host_cpu_features().flatten(), stamps))
+    return where / f"mpikanel-warm-{hashlib.sha256(key.encode()).hexdigest()[:24]}"
+
+
+def kernels_cached(model: Model, dense: bool = True, sparse: bool = True) -> bool:
+    """Whether warmup(model, dense, sparse) would only load from numba's cache (mark_cached recorded it)."""
+    marker = _warm_marker(model, dense, sparse)
+    return marker is not None and marker.exists()
+
+
+def mark_cached(model: Model, dense: bool = True, sparse: bool = True) -> None:
+    """Record that warmup(model, dense, sparse) has just filled numba's cache (nothing if it cannot)."""
+    marker = _warm_marker(model, dense, sparse)
+    if marker is not None:
+        try:
+            marker.touch()
+        except OSError:     # a read-only cache: every run then warms its ranks one compiler first
+            pass
 
 
 def set_threads(n: int) -> dict[str, object]:
