@@ -190,6 +190,7 @@ def warm_ranks(comm: Any, model: Model, sparse: bool | None = None, quiet: bool 
     comm.Barrier()
     if comm.Get_rank() != 0:
         warmup(model, **kinds)
+        mark_cached(model, **kinds)     # the cache of this rank's host, where it is not rank 0's
 
 
 def open_session(config: TrainConfig, comm: Any, ranks_here: int) -> Session:
