@@ -15,6 +15,7 @@ from typing import Any, Callable, TypeVar
 import numpy as np
 
 from . import sync as sync_models
+from .comm.environment import srun_singleton
 from .config import TrainConfig
 from .data import DataInfo, Shard, data_spec, describe, load_rows, load_test, shard_range
 from .engine.budget import Budget, total_samples
@@ -198,9 +199,10 @@ def open_session(config: TrainConfig, comm: Any, ranks_here: int) -> Session:
     `ranks_here`: the ranks of `comm` on this rank's node (their memory is checked together)."""
     size, rank, k = comm.Get_size(), comm.Get_rank(), config.servers
     if size < k + 1:
+        why = srun_singleton(size)
         raise InputError(f"mpikanel needs at least {k + 1} MPI ranks ({k} server{'s' if k > 1 else ''} + workers), "
-                         f"got {size}; run as: mpiexec -n {k + 3} python -m mpikanel.train"
-                         + (f" --servers {k}" if k > 1 else ""))
+                         f"got {size}; " + (why or f"run as: mpiexec -n {k + 3} python -m mpikanel.train"
+                                            + (f" --servers {k}" if k > 1 else "")))
     n_workers = size - k
     described = agree(comm, lambda: describe_checked(config, n_workers, ranks_here) if rank == 0 else None)
     info = comm.bcast(described and described[0], root=0)   # the Model itself is not pickled

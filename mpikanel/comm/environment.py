@@ -159,6 +159,21 @@ def mpiexec_launch(program: Sequence[str], launcher_args: Sequence[str] = (), *,
     return cmd, child_environment() if env is None else dict(env)
 
 
+def srun_singleton(size: int, env: Mapping[str, str] | None = None) -> str | None:
+    """Why this rank is alone, if srun started several tasks but each began MPI on its own (the MPI
+    did not reach SLURM's process manager); None otherwise."""
+    env = os.environ if env is None else env
+    try:
+        tasks = int(env.get("SLURM_STEP_NUM_TASKS", ""))
+    except ValueError:
+        return None
+    if size != 1 or tasks < 2 or "SLURM_PROCID" not in env:
+        return None
+    return (f"srun started {tasks} tasks, but each began MPI alone: the MPI did not reach SLURM's process "
+            "manager (Open MPI needs srun --mpi=pmix, SLURM's PMIx plugin with libpmix; Intel MPI and MPICH "
+            "srun --mpi=pmi2), or launch with the MPI's own mpiexec")
+
+
 def env_rank() -> int:
     """This process's rank as the launcher announces it, before MPI starts (0 if unknown)."""
     for key in ("PMI_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK", "SLURM_PROCID"):
