@@ -49,7 +49,11 @@ class Slurm:
         env = dict(self.env)
         env.update(MPIKANEL_PYTHON=sys.executable,
                    MPIKANEL_MPIEXEC=str(Path(sys.executable).parent / "mpiexec"),
-                   NUMBA_CACHE_DIR=os.environ.get("NUMBA_CACHE_DIR", str(ROOT / ".numba-cache")))
+                   NUMBA_CACHE_DIR=os.environ.get("NUMBA_CACHE_DIR", str(ROOT / ".numba-cache")),
+                   # the test nodes share the machine's 2 cores, and a job step may hold fewer cores than
+                   # its ranks: Open MPI's mpiexec then refuses its default binding to cores (exit 213);
+                   # on a real cluster a node holds a core per task. Intel MPI ignores this.
+                   PRTE_MCA_hwloc_default_binding_policy="none")
         env.update(extra)
         return env
 

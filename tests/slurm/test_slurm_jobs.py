@@ -32,6 +32,10 @@ FAKE = Path(__file__).with_name("fake_python.sh")
 # rank 0 prints one of these once the signal handlers are installed (the real CLI: "no checkpoint
 # in DIR; starting fresh" / "resumed from ..."; the fake: "training started")
 STARTED = re.compile(r"starting fresh|resumed from|training started")
+#: the MPI of this Python is Open MPI (its launcher is prterun)
+OPEN_MPI = Path(sys.executable).with_name("prterun").exists()
+SRUN_OPEN_MPI = pytest.mark.skipif(OPEN_MPI, reason="Open MPI 5 ranks under srun need SLURM's PMIx plugin "
+                                   "(srun --mpi=pmix), which loads libpmix: not installed with slurm-wlm here")
 #: the least training time a signal test's job must still have ahead when it is signalled: the
 #: signal goes scancel -> slurmctld -> slurmd -> batch shell -> launcher -> ranks
 MARGIN_S = 3.0
@@ -53,7 +57,7 @@ def _logs(jobdir: Path) -> str:
 
 
 @pytest.mark.timeout(200, func_only=True)
-@pytest.mark.parametrize("launcher", ["srun", "mpiexec"])
+@pytest.mark.parametrize("launcher", [pytest.param("srun", marks=SRUN_OPEN_MPI), "mpiexec"])
 def test_train_job_completes(slurm: Slurm, jobdir: Path, launcher: str) -> None:
     t0 = time.monotonic()
     env = slurm.job_env(MPIKANEL_LAUNCHER=launcher, MPIKANEL_RUN_DIR=str(jobdir / "run"), MPIKANEL_ARGS=SMALL)
@@ -71,7 +75,7 @@ def test_sweep_array_completes(slurm: Slurm, jobdir: Path) -> None:
     t0 = time.monotonic()
     results = jobdir / "results"
     env = slurm.job_env(MPIKANEL_SYNCS="bsp asp", MPIKANEL_SEEDS="0 1", MPIKANEL_RESULTS=str(results),
-                        MPIKANEL_ARGS=SMALL)
+                        MPIKANEL_ARGS=SMALL, **({"MPIKANEL_LAUNCHER": "mpiexec"} if OPEN_MPI else {}))
     proc = _sbatch_wait(slurm, jobdir, "sweep.sbatch", "--array=0-3", "--ntasks=2",
                         f"--output={jobdir}/%x-%A_%a.out", env=env, timeout=200)
     assert proc.returncode == 0, f"{proc.stdout}{proc.stderr}\n{_logs(jobdir)}"
@@ -262,15 +266,6 @@ def _nodes_seen(summary: dict) -> dict[str, list[int]]:
     return {name: list(ranks) for name, ranks in summary["node_ranks"].items()}
 
 
-#: the MPI of this Python is Open MPI (its launcher is prterun)
-OPEN_MPI = Path(sys.executable).with_name("prterun").exists()
-SRUN_OPEN_MPI = pytest.mark.skipif(OPEN_MPI, reason="Open MPI 5 ranks under srun need SLURM's PMIx plugin "
-                                   "(srun --mpi=pmix), which loads libpmix: not installed with slurm-wlm here")
-#: the emulated nodes share the machine's cores, and a node's job step may hold fewer than its
-#: ranks: Open MPI's mpiexec then refuses its default binding to cores (Intel MPI ignores this)
-SHARED_CORES = {"PRTE_MCA_hwloc_default_binding_policy": "none"}
-
-
 @pytest.mark.timeout(240, func_only=True)
 @pytest.mark.parametrize("launcher", [pytest.param("srun", marks=SRUN_OPEN_MPI), "mpiexec"])
 def test_train_job_spans_two_nodes_and_bsp_matches_one_host(slurm_nodes: Slurm, jobdir: Path, tmp_path_factory,
@@ -278,8 +273,7 @@ def test_train_job_spans_two_nodes_and_bsp_matches_one_host(slurm_nodes: Slurm, 
     """`sbatch -N 2`: the ranks run on both emulated nodes (TCP between them) and BSP gives the
     same model as the same job on one host."""
     t0 = time.monotonic()
-    env = slurm_nodes.job_env(MPIKANEL_LAUNCHER=launcher, MPIKANEL_RUN_DIR=str(jobdir / "run"), MPIKANEL_ARGS=SMALL,
-                              **SHARED_CORES)
+    env = slurm_nodes.job_env(MPIKANEL_LAUNCHER=launcher, MPIKANEL_RUN_DIR=str(jobdir / "run"), MPIKANEL_ARGS=SMALL)
     proc = _sbatch_wait(slurm_nodes, jobdir, "train.sbatch", "--nodes=2", "--ntasks=4", "--ntasks-per-node=2",
                         env=env)
     assert proc.returncode == 0, f"{proc.stdout}{proc.stderr}\n{_logs(jobdir)}"
@@ -303,7 +297,7 @@ def test_checkpointed_job_on_two_nodes_is_requeued_onto_one(slurm_nodes: Slurm, 
     # 18000 x 8 samples over 3 workers, an 8 ms pause in every step of 64: >= 6 s of training
     args = "--synthetic-rows 20000 --epochs 8 --pause-prob 1 --pause-s 0.008 --sync ssp"
     env = slurm_nodes.job_env(MPIKANEL_LAUNCHER="mpiexec", MPIKANEL_CKPT_DIR=str(ckpt), MPIKANEL_CKPT_EVERY="0",
-                              MPIKANEL_ARGS=args, **SHARED_CORES)
+                              MPIKANEL_ARGS=args)
     job_id, log, rec = _signal_requeue_resume(slurm_nodes, jobdir, env, ntasks=4, nodes=2, timeout=240,
                                               trains_s=18000 * 8 / 64 / 3 * 0.008, requeue_ntasks=3, requeue_nodes=1)
     # across nodes Hydra passes on 75 or reports 255 (seen both); the script counts the checkpoint
