@@ -120,7 +120,8 @@ def _warm_marker(model: Model, dense: bool, sparse: bool) -> Path | None:
     import numba
     from llvmlite import binding as llvm
 
-    stamps = [(p.name, p.stat().st_mtime_ns, p.stat().st_size) for p in sorted(Path(__file__).parent.glob("*.py"))]
+    stamps = [(p.name, st.st_mtime_ns, st.st_size)
+              for p in sorted(Path(__file__).parent.glob("*.py")) for st in (p.stat(),)]
     key = repr((model.name, model.description, dense, sparse and model.supports_csr, numba.__version__, sys.version,
                 llvm.get_host_cpu_name(), llvm.get_host_cpu_features().flatten(), stamps))
     return where / f"mpikanel-warm-{hashlib.sha256(key.encode()).hexdigest()[:24]}"
@@ -138,7 +139,7 @@ def mark_cached(model: Model, dense: bool = True, sparse: bool = True) -> None:
     if marker is not None:
         try:
             marker.touch()
-        except OSError:     # a read-only cache: every run then warms its ranks one compiler first
+        except OSError:     # a read-only cache: every run then loads on rank 0 first, as before markers
             pass
 
 
