@@ -15,7 +15,8 @@ gathers), so the one micro-kernel they share is written here as an intrinsic ove
 
 with A read as scalar broadcasts at any strides (so A or its transpose serves), B read along
 contiguous rows (row stride ldb) and out written along contiguous rows; columns past ncols are
-masked (AVX-512 / AVX2 masked loads and stores), so no tail loop.  MR x NV accumulators live in
+masked (AVX-512 / AVX2 masked loads and stores, on a tile's last vector only: the others are
+whole), so no tail loop.  MR x NV accumulators live in
 registers for the whole k loop.  beta == 0 never reads out (scratch may hold NaN).  Every operand
 is float64: float32 data is widened once per minibatch (``gather_rows``).
 
@@ -38,7 +39,7 @@ from numba import njit, types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-from ._intrinsics import PREFETCH_ROWS, int_bits_as_float, prefetch_row
+from ._intrinsics import PREFETCH_ROWS, float_bits_as_int, int_bits_as_float, prefetch_row
 
 #: Whether SciPy (whose cython_blas numba's np.dot calls) is installed: found without importing it.
 HAVE_BLAS = importlib.util.find_spec("scipy") is not None
@@ -97,12 +98,24 @@ def _make_tile(MR: int, NV: int):
             for v in range(NV):
                 idx = builder.add(lanes, ir.Constant(i64v, [v * VW] * VW))
                 masks.append(builder.icmp_signed("<", idx, nc_splat))
+            def load(ptr, v):
+                # only the last vector can cross ncols (the tile has ceil(ncols / VW) vectors)
+                if v < NV - 1:
+                    return builder.load(ptr, align=8)
+                return builder.call(mload, [ptr, align, masks[v], zero_v])
+
+            def store(val, ptr, v):
+                if v < NV - 1:
+                    builder.store(val, ptr, align=8)
+                else:
+                    builder.call(mstore, [val, ptr, align, masks[v]])
+
             accs = [[cgutils.alloca_once_value(builder, zero_v) for _ in range(NV)] for _ in range(MR)]
             with cgutils.for_range(builder, k_v) as loop:
                 k = loop.index
                 brow = builder.add(bo_v, builder.mul(k, ldb_v))
-                bvals = [builder.call(mload, [_vec_ptr(builder, pb, builder.add(brow, ir.Constant(i64, v * VW)),
-                                                       vty), align, masks[v], zero_v]) for v in range(NV)]
+                bvals = [load(_vec_ptr(builder, pb, builder.add(brow, ir.Constant(i64, v * VW)), vty), v)
+                         for v in range(NV)]
                 acol = builder.add(ao_v, builder.mul(k, sak_v))
                 for r in range(MR):
                     aoff = builder.add(acol, builder.mul(ir.Constant(i64, r), sam_v))
@@ -120,10 +133,9 @@ def _make_tile(MR: int, NV: int):
                     scaled = builder.fmul(al, builder.load(accs[r][v]))
                     with builder.if_else(beta_zero) as (then, otherwise):
                         with then:
-                            builder.call(mstore, [scaled, ptr, align, masks[v]])
+                            store(scaled, ptr, v)
                         with otherwise:
-                            old = builder.call(mload, [ptr, align, masks[v], zero_v])
-                            builder.call(mstore, [builder.call(fma, [be, old, scaled]), ptr, align, masks[v]])
+                            store(builder.call(fma, [be, load(ptr, v), scaled]), ptr, v)
             return context.get_dummy_value()
 
         return sig, codegen
@@ -288,6 +300,10 @@ _LN2_LO = 1.42860682030941723212e-6
 #: exp's argument floor: below it 2^n would be subnormal; exp(-708) ~ 3e-308 stands in for smaller values
 EXP_MIN = -708.0
 EXP_MAX = 709.0
+#: 1.5 * 2^52: adding it to an integral double |n| < 2^51 leaves n in the low bits of its int64 image
+_SHIFTER = 6755399441055744.0
+#: exp_inplace's unroll: independent polynomial chains in flight (Horner's chain is latency-bound)
+EXP_UNROLL = 16
 
 
 # No reassociation here: the Cody-Waite reduction x - n*hi - n*lo must be evaluated as written.
@@ -295,7 +311,7 @@ EXP_MAX = 709.0
 def exp_fast(x):
     """exp(x) to about 1 ulp, vectorisable (no libm call); x is clamped to [EXP_MIN, EXP_MAX]."""
     x = min(max(x, EXP_MIN), EXP_MAX)
-    n = math.floor(x * _LOG2E + 0.5)
+    n = np.floor(x * _LOG2E + 0.5)   # a float: math.floor's int64 would not vectorise on AVX2
     r = x - n * _LN2_HI
     r = r - n * _LN2_LO
     p = 1.0 / 479001600.0
@@ -311,11 +327,17 @@ def exp_fast(x):
     p = p * r + 0.5
     p = p * r + 1.0
     p = p * r + 1.0
-    return p * int_bits_as_float((np.int64(n) + 1023) << 52)
+    # 2^n from n's bits (n in [-1022, 1023]): the shifted low 12 bits are n + 1023, the rest shift out
+    return p * int_bits_as_float((float_bits_as_int(n + _SHIFTER) + 1023) << 52)
 
 
 @njit(cache=True, fastmath={"nsz", "contract", "arcp"}, nogil=True)
 def exp_inplace(a):
     """a[:] = exp_fast(a[:]) over a 1-D float64 array."""
-    for i in range(a.shape[0]):
+    n = a.shape[0]
+    m = n - n % EXP_UNROLL
+    for i in range(0, m, EXP_UNROLL):
+        for j in range(EXP_UNROLL):
+            a[i + j] = exp_fast(a[i + j])
+    for i in range(m, n):
         a[i] = exp_fast(a[i])

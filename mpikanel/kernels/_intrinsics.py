@@ -109,3 +109,17 @@ def int_bits_as_float(typingctx, n):
         return builder.bitcast(v, ir.DoubleType())
 
     return sig, codegen
+
+
+@intrinsic
+def float_bits_as_int(typingctx, x):
+    """Reinterpret the bits of a float64 as an int64 (no conversion)."""
+    if not isinstance(x, types.Float):
+        return None
+    sig = types.int64(x)
+
+    def codegen(context, builder, signature, args):
+        v = context.cast(builder, args[0], signature.args[0], types.float64)
+        return builder.bitcast(v, ir.IntType(64))
+
+    return sig, codegen

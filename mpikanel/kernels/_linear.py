@@ -21,7 +21,7 @@ import math
 import numpy as np
 from numba import njit
 
-from ._blocks import HAVE_BLAS, blas_product, block_rows, exp_fast, gather_rows, loop_product, scratch_rows
+from ._blocks import HAVE_BLAS, blas_product, block_rows, exp_fast, exp_inplace, gather_rows, loop_product, scratch_rows
 from ._intrinsics import PREFETCH_ROWS, prefetch_row, prefetch_span
 from .lazy import catch_up
 
@@ -123,13 +123,26 @@ def _dense_logits(w, X, i, U, d, z):
 def _csr_logits(w, indptr, indices, data, i, U, d, z):
     """z[u] = W[:, u].x_i + b[u] over the stored entries of row i."""
     ud = U * d
-    for u in range(U):
-        z[u] = w[ud + u]
-    for p in range(indptr[i], indptr[i + 1]):
-        v = data[p]
-        off = indices[p] * U
-        for u in range(U):
-            z[u] += v * w[off + u]
+    lo, hi = indptr[i], indptr[i + 1]
+    u0 = 0
+    # four units at a time in registers (z may alias w as far as LLVM knows: a z[u] += would store
+    # at every entry); each unit still sums its entries in row order
+    while u0 + 4 <= U:
+        a0, a1, a2, a3 = w[ud + u0], w[ud + u0 + 1], w[ud + u0 + 2], w[ud + u0 + 3]
+        for p in range(lo, hi):
+            v = data[p]
+            off = indices[p] * U + u0
+            a0 += v * w[off]
+            a1 += v * w[off + 1]
+            a2 += v * w[off + 2]
+            a3 += v * w[off + 3]
+        z[u0], z[u0 + 1], z[u0 + 2], z[u0 + 3] = a0, a1, a2, a3
+        u0 += 4
+    for u in range(u0, U):
+        a = w[ud + u]
+        for p in range(lo, hi):
+            a += data[p] * w[indices[p] * U + u]
+        z[u] = a
 
 
 @njit(cache=True, fastmath=True, nogil=True, inline="always")
@@ -197,31 +210,38 @@ def _residual_block(kind, Z, b, y, idx, k0, C, gb):
     """Add the biases b to the products Z (rows x U) of minibatch rows idx[k0:], overwrite them with
     dloss/dz, and add those into gb."""
     rows, U = Z.shape
+    if kind == SOFTMAX:
+        # shifted logits row by row, then one exp over the whole block (vectorised), then normalised
+        for k in range(rows):
+            _check_label(kind, y[idx[k0 + k]], C)
+            zmax = Z[k, 0] + b[0]
+            for u in range(U):
+                Z[k, u] += b[u]
+                zmax = max(zmax, Z[k, u])
+            for u in range(U):
+                Z[k, u] -= zmax
+        exp_inplace(Z.reshape(Z.size))
     for k in range(rows):
         yi = y[idx[k0 + k]]
-        _check_label(kind, yi, C)
-        for u in range(U):
-            Z[k, u] += b[u]
         if kind == SOFTMAX:
-            zmax = Z[k, 0]
-            for u in range(1, U):
-                zmax = max(zmax, Z[k, u])
             s = 0.0
             for u in range(U):
-                e = exp_fast(Z[k, u] - zmax)
-                Z[k, u] = e
-                s += e
+                s += Z[k, u]
             inv_s = 1.0 / s
             for u in range(U):
                 Z[k, u] *= inv_s
             Z[k, yi] -= 1.0
-        elif kind == HINGE:
-            for u in range(U):
-                t = 1.0 if u == yi else -1.0
-                Z[k, u] = -t if t * Z[k, u] < 1.0 else 0.0
         else:
+            _check_label(kind, yi, C)
             for u in range(U):
-                Z[k, u] -= 1.0 if u == yi else 0.0
+                Z[k, u] += b[u]
+            if kind == HINGE:
+                for u in range(U):
+                    t = 1.0 if u == yi else -1.0
+                    Z[k, u] = -t if t * Z[k, u] < 1.0 else 0.0
+            else:
+                for u in range(U):
+                    Z[k, u] -= 1.0 if u == yi else 0.0
         for u in range(U):
             gb[u] += Z[k, u]
 
@@ -330,7 +350,29 @@ def csr_step_lazy(w, indptr, indices, data, d, y, idx, lr, l2, C, scratch, kind,
 @njit(cache=True, fastmath=True, nogil=True, inline="always")
 def _csr_step(w, indptr, indices, data, d, y, idx, lr, l2, C, scratch, kind, stamps, prod, lazy):
     """The CSR step, eager or lazy (stamps and prod as in LazyDecay; unused when not lazy)."""
-    U = _units(kind, C)
+    if kind == LOGISTIC:   # U a constant: the per-entry unit loops vanish
+        _csr_rows(w, indptr, indices, data, d, y, idx, lr, l2, C, scratch, kind, stamps, prod, lazy, 1)
+    else:
+        _csr_rows(w, indptr, indices, data, d, y, idx, lr, l2, C, scratch, kind, stamps, prod, lazy, C)
+
+
+#: Rows ahead whose weights (and lazy stamps) are prefetched: their entries arrived PREFETCH_ROWS - this ago.
+PREFETCH_WEIGHT_ROWS = 4
+
+
+@njit(cache=True, fastmath=True, nogil=True, inline="always")
+def _prefetch_row_weights(w, indptr, indices, i, U, stamps, lazy):
+    """Prefetch the weights (and stamps) of CSR row i's features: random gathers that miss the cache."""
+    for p in range(indptr[i], indptr[i + 1]):
+        j = indices[p]
+        prefetch_span(w, j * U, j * U + U)
+        if lazy:
+            prefetch_span(stamps, j, j + 1)
+
+
+@njit(cache=True, fastmath=True, nogil=True, inline="always")
+def _csr_rows(w, indptr, indices, data, d, y, idx, lr, l2, C, scratch, kind, stamps, prod, lazy, U):
+    """_csr_step's body for U units."""
     ud = U * d
     nb = idx.shape[0]
     if w.shape[0] != ud + U or scratch.shape[0] < U:
@@ -351,12 +393,16 @@ def _csr_step(w, indptr, indices, data, d, y, idx, lr, l2, C, scratch, kind, sta
         prefetch_span(indptr, idx[k], idx[k] + 2)
     for k in range(min(PREFETCH_ROWS, nb)):
         _prefetch_csr_row(indptr, indices, data, y, idx[k])
+    for k in range(min(PREFETCH_WEIGHT_ROWS, nb)):
+        _prefetch_row_weights(w, indptr, indices, idx[k], U, stamps, lazy)
     for k in range(nb):
         if k + 2 * PREFETCH_ROWS < nb:
             i2 = idx[k + 2 * PREFETCH_ROWS]
             prefetch_span(indptr, i2, i2 + 2)
         if k + PREFETCH_ROWS < nb:
             _prefetch_csr_row(indptr, indices, data, y, idx[k + PREFETCH_ROWS])
+        if k + PREFETCH_WEIGHT_ROWS < nb:
+            _prefetch_row_weights(w, indptr, indices, idx[k + PREFETCH_WEIGHT_ROWS], U, stamps, lazy)
         i = idx[k]
         yi = y[i]
         _check_label(kind, yi, C)
@@ -385,14 +431,27 @@ def _csr_step(w, indptr, indices, data, d, y, idx, lr, l2, C, scratch, kind, sta
             r[base + u] *= step
             if r[base + u] != 0.0:
                 nonzero = True
-        if nonzero:
-            for p in range(indptr[i], indptr[i + 1]):
+        if not nonzero:
+            continue
+        lo, hi = indptr[i], indptr[i + 1]
+        if lazy:
+            for p in range(lo, hi):
+                catch_up(w, stamps, indices[p], P, U)
+        u0 = 0
+        while u0 + 4 <= U:   # four units' residuals in registers, as in _csr_logits
+            r0, r1, r2, r3 = r[base + u0], r[base + u0 + 1], r[base + u0 + 2], r[base + u0 + 3]
+            for p in range(lo, hi):
                 v = data[p]
-                if lazy:
-                    catch_up(w, stamps, indices[p], P, U)
-                off = indices[p] * U
-                for u in range(U):
-                    w[off + u] -= r[base + u] * v
+                off = indices[p] * U + u0
+                w[off] -= r0 * v
+                w[off + 1] -= r1 * v
+                w[off + 2] -= r2 * v
+                w[off + 3] -= r3 * v
+            u0 += 4
+        for u in range(u0, U):
+            ru = r[base + u]
+            for p in range(lo, hi):
+                w[indices[p] * U + u] -= ru * data[p]
     for u in range(U):
         w[ud + u] -= lr * (gb[u] * inv)
 
