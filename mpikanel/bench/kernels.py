@@ -2,20 +2,23 @@
 
 For every model and data kind it times one shuffled epoch of minibatch steps (the kernels alone,
 driven from a numba loop, and the same through ``BoundModel.step`` from Python as the worker loop
-calls it) and reports samples/s and the roofline.  Memory roof: bytes touched (feature bytes +
-label + row index, CSR: indices + values + indptr) over the single-core streaming-read bandwidth.
-Compute roof: flops (the multiply-adds of the forward and backward products, 2 per FMA; exp/max
-not counted) over the machine's large-matrix gemm rate in the kernels' precision (numpy matmul of
-two 2000x2000 float64 matrices, one BLAS thread, best of 3).  Both roofs are measured in the same
-run and recorded in the JSON; the larger of the two times is the bound that applies (BW or
-compute), and "of bound" is the rate reached as a fraction of it.  "of mm" compares the flop rate
-with numpy's float64 matmul of the minibatch's shape (batch x features @ features x units), also
-measured here.  Last, scikit-learn doing one epoch of the same model in the same run
-(SGDClassifier with the matching loss; MLPClassifier(solver="sgd") for mlp), given float64 inputs
-(its native dtype; the conversion is not timed): its training accuracy is reported next to ours,
-and a baseline within CHANCE_MARGIN of the majority-class accuracy did not learn, so no speedup
-over it is given.  Single thread throughout; the load average is recorded (other jobs share the
-machine).
+calls it) and reports samples/s and the roofline.  The rows are split 80/10/10: the epochs run on
+the first 80%, the learning rate is the one of ``--lrs`` whose epoch scores best on the next 10%
+(validation), and the accuracy reported is on the last 10% (test), for us and for scikit-learn
+alike.  Memory roof: bytes touched (feature bytes + label + row index, CSR: indices + values +
+indptr) over the single-core streaming-read bandwidth.  Compute roof: flops (the multiply-adds of
+the forward and backward products, 2 per FMA; exp/max not counted) over the machine's
+large-matrix gemm rate in the kernels' precision (numpy matmul of two 2000x2000 float64 matrices,
+one BLAS thread, best of 3).  Both roofs are measured in the same run and recorded in the JSON;
+the larger of the two times is the bound that applies (BW or compute), and "of bound" is the rate
+reached as a fraction of it.  "of mm" compares the flop rate with numpy's float64 matmul of the
+minibatch's shape (batch x features @ features x units), also measured here.  Last,
+scikit-learn doing one epoch of the same model in the same run (SGDClassifier with the matching
+loss and a constant rate; MLPClassifier(solver="sgd") for mlp), its rate chosen from
+``--sklearn-lrs`` on the same validation rows, given float64 inputs (its native dtype; the
+conversion is not timed): its test accuracy is reported next to ours, and a baseline within
+CHANCE_MARGIN of the majority-class accuracy did not learn, so no speedup over it is given.
+Single thread throughout; the load average is recorded (other jobs share the machine).
 """
 from __future__ import annotations
 
@@ -42,6 +45,12 @@ KERNEL_DTYPE = np.float64
 ROOF_N = 2000
 #: A baseline whose accuracy is below the majority-class accuracy plus this did not learn.
 CHANCE_MARGIN = 0.05
+#: Learning rates tried per case (ours: the minibatch-mean step's rate; sklearn: eta0 / learning_rate_init).
+LRS = (0.003125, 0.0125, 0.05, 0.2, 0.8, 3.2, 12.8)
+SKLEARN_LRS = (0.0001, 0.001, 0.01, 0.1)
+#: Shares of the rows held out: validation (the rate is chosen on it), then test (accuracy reported).
+VAL_SHARE = 0.1
+TEST_SHARE = 0.1
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -65,6 +74,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="row cap of sklearn's MLPClassifier on CSR data (~1e3 rows/s there)")
     parser.add_argument("--no-sklearn", action="store_true")
     parser.add_argument("--repeats", type=int, default=3, help="timed epochs per case (best reported)")
+    parser.add_argument("--lrs", type=float, nargs="+", default=list(LRS),
+                        help="our learning rates: each case runs one epoch per rate, the best on validation is timed")
+    parser.add_argument("--sklearn-lrs", type=float, nargs="+", default=list(SKLEARN_LRS),
+                        help="scikit-learn's rates (eta0, learning_rate_init), chosen on validation likewise")
     parser.add_argument("--json", metavar="PATH", help="write the results to PATH")
     parser.add_argument("--out", metavar="DIR", default=None,
                         help="write a result set here: results.json, results.md and provenance.json")
@@ -211,10 +224,31 @@ def _kernel_and_extra(name: str, activation: str, csr: bool):
     return (_linear.csr_step if csr else _linear.dense_step), kind
 
 
-def time_ours(name: str, X, y, C: int, args: argparse.Namespace, l2: float) -> dict:
-    """Best-of-repeats epoch time through the numba driver and through BoundModel.step."""
+def split_rows(X, y) -> tuple[tuple, tuple, tuple]:
+    """(train, validation, test) pairs of (X, y): the rows in order, VAL_SHARE and TEST_SHARE held out last."""
+    n = X.shape[0]
+    a = n - int(n * (VAL_SHARE + TEST_SHARE))
+    b = n - int(n * TEST_SHARE)
+    return tuple((_rows(X, lo, hi), y[lo:hi]) for lo, hi in ((0, a), (a, b), (b, n)))
+
+
+def accuracy(model, w: np.ndarray, part: tuple, C: int) -> float:
+    """Share of part's rows (X, y) that w classifies right (0.0 for non-finite parameters)."""
+    from ..kernels import bind
+
+    X, y = part
+    if not np.all(np.isfinite(w)) or X.shape[0] == 0:
+        return 0.0
+    return bind(model, X, y, C).correct(w) / X.shape[0]
+
+
+def time_ours(name: str, train: tuple, val: tuple, test: tuple, C: int, args: argparse.Namespace,
+              l2: float) -> dict:
+    """The rate of args.lrs best on val, then best-of-repeats epoch time on train (numba driver and
+    BoundModel.step) and the test accuracy."""
     from ..kernels import CSR, bind, get_model
 
+    X, y = train
     model = get_model(name, hidden=args.hidden, activation="relu")
     csr = isinstance(X, CSR)
     d = X.shape[1]
@@ -222,43 +256,49 @@ def time_ours(name: str, X, y, C: int, args: argparse.Namespace, l2: float) -> d
     bound = bind(model, X, y, C)
     w0 = model.init(model.n_params(d, C), d, C, np.random.default_rng(0))
     rng = np.random.default_rng(1)
-    lr = 0.01 if name == "lsq" else 0.05
     step, extra = _kernel_and_extra(name, "relu", csr)
     if not csr and name == "logistic":
         step, extra = _LOG_DENSE, 0   # the hand-written dense logistic kernel
-    warm = np.arange(min(n, 2 * args.batch_size), dtype=np.int64)  # compile the drivers outside the timing
-    if csr:
-        _epoch_csr(step, w0.copy(), X.indptr, X.indices, X.data, d, y, warm, args.batch_size, lr, l2, C,
-                   bound.scratch(), extra)
-    else:
-        _epoch_dense(step, w0.copy(), X, y, warm, args.batch_size, lr, l2, C, bound.scratch(), extra)
+
+    def epoch(w, order, lr, scratch):
+        if csr:
+            _epoch_csr(step, w, X.indptr, X.indices, X.data, d, y, order, args.batch_size, lr, l2, C, scratch, extra)
+        else:
+            _epoch_dense(step, w, X, y, order, args.batch_size, lr, l2, C, scratch, extra)
+
+    epoch(w0.copy(), np.arange(min(n, 2 * args.batch_size), dtype=np.int64), args.lrs[0], bound.scratch())  # compile
+    by_lr = {}
+    for lr in args.lrs:
+        w = w0.copy()
+        epoch(w, rng.permutation(n).astype(np.int64), lr, bound.scratch())
+        by_lr[lr] = accuracy(model, w, val, C)
+    lr = max(args.lrs, key=lambda r: by_lr[r])   # the first of equals: the smallest rate if listed ascending
     kernel_s, loop_s, cpu_s = [], [], []
     for rep in range(args.repeats):
         order = rng.permutation(n).astype(np.int64)
         w, scratch = w0.copy(), bound.scratch()
         t, tc = time.perf_counter(), time.thread_time()
-        if csr:
-            _epoch_csr(step, w, X.indptr, X.indices, X.data, d, y, order, args.batch_size, lr, l2, C, scratch, extra)
-        else:
-            _epoch_dense(step, w, X, y, order, args.batch_size, lr, l2, C, scratch, extra)
+        epoch(w, order, lr, scratch)
         kernel_s.append(time.perf_counter() - t)
         cpu_s.append(time.thread_time() - tc)
         if not np.all(np.isfinite(w)):
-            raise RuntimeError(f"{name}: non-finite parameters after one epoch")
+            raise RuntimeError(f"{name}: non-finite parameters after one epoch at the chosen rate {lr}")
         if rep:
             continue   # the Python-driven loop is timed once
-        w = w0.copy()
+        w1 = w0.copy()
         t = time.perf_counter()
         b = args.batch_size
         for k in range(0, n, b):
-            bound.step(w, order[k:k + b], lr, l2, scratch)
+            bound.step(w1, order[k:k + b], lr, l2, scratch)
         loop_s.append(time.perf_counter() - t)
-    acc = bound.correct(w) / n if n <= 200_000 else bind(model, _head(X, 200_000), y[:200_000], C).correct(w) / 200_000
-    return {"kernel_s": min(kernel_s), "kernel_cpu_s": min(cpu_s), "loop_s": min(loop_s), "train_accuracy": acc}
+    return {"kernel_s": min(kernel_s), "kernel_cpu_s": min(cpu_s), "loop_s": min(loop_s), "lr": lr,
+            "val_accuracy_by_lr": {str(k): v for k, v in by_lr.items()}, "test_accuracy": accuracy(model, w, test, C),
+            "chance_accuracy": chance_accuracy(test[1])}
 
 
-def _head(X, rows: int):
-    return X.rows(0, rows) if hasattr(X, "rows") and not isinstance(X, np.ndarray) else X[:rows]
+def _rows(X, lo: int, hi: int):
+    """Rows [lo, hi) of dense or CSR data."""
+    return X[lo:hi] if isinstance(X, np.ndarray) else X.rows(lo, hi)
 
 
 def _make_wrapper():
@@ -288,42 +328,52 @@ def bytes_touched(X, n_samples: int) -> float:
 # ---------------------------------------------------------------- sklearn
 
 
-def time_sklearn(name: str, X, y, args: argparse.Namespace, l2: float) -> dict:
-    """One sklearn epoch on at most sklearn_max_rows rows (float64 input, conversion untimed)."""
+def time_sklearn(name: str, train: tuple, val: tuple, test: tuple, args: argparse.Namespace, l2: float) -> dict:
+    """One sklearn epoch per rate of args.sklearn_lrs on at most sklearn_max_rows training rows (float64
+    input, conversion untimed); the rate best on val is reported with its time and test accuracy."""
     from threadpoolctl import threadpool_limits
 
     from ..kernels import CSR
 
+    X, y = train
     rows = min(X.shape[0], args.sklearn_max_rows)
     if isinstance(X, CSR) and name == "mlp":
         rows = min(rows, args.sklearn_mlp_max_rows)
-    if isinstance(X, CSR):
-        Xs = X.rows(0, rows).to_scipy().astype(np.float64)
-    else:
-        Xs = np.asarray(X[:rows], dtype=np.float64)
-    ys = y[:rows]
+
+    def f64(part_X, n):
+        part = _rows(part_X, 0, n)
+        return part.to_scipy().astype(np.float64) if isinstance(part, CSR) else np.asarray(part, dtype=np.float64)
+
+    Xs, ys = f64(X, rows), y[:rows]
+    Xv, Xt = f64(val[0], val[0].shape[0]), f64(test[0], test[0].shape[0])
+    tried = {}
     with warnings.catch_warnings(), threadpool_limits(1):
         warnings.simplefilter("ignore")
-        if name == "mlp":
-            from sklearn.neural_network import MLPClassifier
+        for lr in args.sklearn_lrs:
+            if name == "mlp":
+                from sklearn.neural_network import MLPClassifier
 
-            est = MLPClassifier(hidden_layer_sizes=(args.hidden,), solver="sgd", batch_size=args.batch_size,
-                                learning_rate_init=0.05, alpha=l2, max_iter=1, shuffle=True, random_state=0)
-            what = f"MLPClassifier(sgd, {args.hidden} relu, batch {args.batch_size})"
-        else:
-            from sklearn.linear_model import SGDClassifier
+                est = MLPClassifier(hidden_layer_sizes=(args.hidden,), solver="sgd", batch_size=args.batch_size,
+                                    learning_rate_init=lr, alpha=l2, max_iter=1, shuffle=True, random_state=0)
+            else:
+                from sklearn.linear_model import SGDClassifier
 
-            est = SGDClassifier(loss=SKLEARN_LOSS[name], alpha=l2, max_iter=1, tol=None, shuffle=True,
-                                learning_rate="constant", eta0=0.01, random_state=0)
-            what = f"SGDClassifier(loss={SKLEARN_LOSS[name]})"
-        t = time.perf_counter()
-        est.fit(Xs, ys)
-        s = time.perf_counter() - t
-        scored = min(rows, 200_000)
-        acc = float(np.mean(est.predict(Xs[:scored]) == ys[:scored]))
-    chance = chance_accuracy(ys[:scored])
-    return {"sklearn_s": s, "sklearn_rows": rows, "sklearn": what, "sklearn_train_accuracy": acc,
-            "sklearn_chance_accuracy": chance, "sklearn_learned": acc >= chance + CHANCE_MARGIN}
+                est = SGDClassifier(loss=SKLEARN_LOSS[name], alpha=l2, max_iter=1, tol=None, shuffle=True,
+                                    learning_rate="constant", eta0=lr, random_state=0)
+            t = time.perf_counter()
+            est.fit(Xs, ys)
+            s = time.perf_counter() - t
+            tried[lr] = (float(np.mean(est.predict(Xv) == val[1])), s, est)
+        lr = max(args.sklearn_lrs, key=lambda r: tried[r][0])
+        val_acc, s, est = tried[lr]
+        acc = float(np.mean(est.predict(Xt) == test[1]))
+    what = (f"MLPClassifier(sgd, {args.hidden} relu, batch {args.batch_size})" if name == "mlp"
+            else f"SGDClassifier(loss={SKLEARN_LOSS[name]}, constant rate)")
+    chance = chance_accuracy(test[1])
+    return {"sklearn_s": s, "sklearn_rows": rows, "sklearn": what, "sklearn_lr": lr,
+            "sklearn_val_accuracy_by_lr": {str(k): v[0] for k, v in tried.items()},
+            "sklearn_test_accuracy": acc, "sklearn_chance_accuracy": chance,
+            "sklearn_learned": acc >= chance + CHANCE_MARGIN}
 
 
 def chance_accuracy(y: np.ndarray) -> float:
@@ -338,14 +388,23 @@ def baseline_learned(r: dict) -> bool | None:
         return None
     if "sklearn_learned" in r:
         return bool(r["sklearn_learned"])
-    return r["sklearn_train_accuracy"] >= 1.0 / r["classes"] + CHANCE_MARGIN
+    return _sk_accuracy(r) >= 1.0 / r["classes"] + CHANCE_MARGIN
+
+
+def _accuracy(r: dict) -> float:
+    """The result's accuracy: on test rows; sets written before the split hold the training accuracy."""
+    return r.get("test_accuracy", r.get("train_accuracy"))
+
+
+def _sk_accuracy(r: dict) -> float:
+    return r.get("sklearn_test_accuracy", r.get("sklearn_train_accuracy"))
 
 
 # ---------------------------------------------------------------- driver
 
 
 HEADER = ("data", "model", "samples/s", "GB/s", "GF/s", "bound", "bound/s", "of bound", "of mm",
-          "py-loop/s", "acc", "sklearn/s", "sk acc", "x sklearn")
+          "py-loop/s", "lr", "acc", "sklearn/s", "sk lr", "sk acc", "x sklearn")
 
 
 def _cells(r: dict) -> list[str]:
@@ -353,9 +412,13 @@ def _cells(r: dict) -> list[str]:
     speedup = "-" if sk is None else f"{r['rate'] / sk:.1f}" if baseline_learned(r) else "baseline did not learn"
     return [r["data"], r["model"], f"{r['rate']:.3g}", f"{r['gbps']:.2f}", f"{r['gflops']:.1f}",
             r["bound"], f"{r['bound_rate']:.3g}", f"{r['fraction_of_bound']:.0%}",
-            f"{r['fraction_of_matmul']:.0%}", f"{r['loop_rate']:.3g}", f"{r['train_accuracy']:.3f}",
-            "-" if sk is None else f"{sk:.3g}",
-            "-" if sk is None else f"{r['sklearn_train_accuracy']:.3f}", speedup]
+            f"{r['fraction_of_matmul']:.0%}", f"{r['loop_rate']:.3g}", _lr(r.get("lr")), f"{_accuracy(r):.3f}",
+            "-" if sk is None else f"{sk:.3g}", "-" if sk is None else _lr(r.get("sklearn_lr")),
+            "-" if sk is None else f"{_sk_accuracy(r):.3f}", speedup]
+
+
+def _lr(v) -> str:
+    return "-" if v is None else f"{v:g}"
 
 
 def format_table(results: list[dict]) -> str:
@@ -419,10 +482,12 @@ def run(args: argparse.Namespace) -> int:
             label, l2 = f"csr {args.csr_rows}x{args.csr_features} nnz/row {args.csr_nnz}", args.csr_l2
         print(f"{label}: generated in {time.perf_counter() - t:.1f} s", flush=True)
         for name in args.models:
-            X, y = binary if name == "logistic" else multi
+            train, val, test = split_rows(*(binary if name == "logistic" else multi))
+            X = train[0]
             C = 2 if name == "logistic" else args.classes
-            r = {"data": label, "kind": kind, "model": name, "l2": l2, "rows": X.shape[0], "classes": C}
-            r.update(time_ours(name, X, y, C, args, l2))
+            r = {"data": label, "kind": kind, "model": name, "l2": l2, "rows": X.shape[0], "classes": C,
+                 "val_rows": val[0].shape[0], "test_rows": test[0].shape[0]}
+            r.update(time_ours(name, train, val, test, C, args, l2))
             r["rate"] = r["rows"] / r["kernel_s"]
             r["loop_rate"] = r["rows"] / r["loop_s"]
             r["gbps"] = bytes_touched(X, r["rows"]) / r["kernel_s"] / 1e9
@@ -433,15 +498,17 @@ def run(args: argparse.Namespace) -> int:
                 mm_cache[shape] = matmul_rate(*shape)
             roofline(r, X, name, bw, roof, mm_cache[shape], args.hidden)
             if not args.no_sklearn:
-                r.update(time_sklearn(name, X, y, args, l2))
+                r.update(time_sklearn(name, train, val, test, args, l2))
                 r["sklearn_rate"] = r["sklearn_rows"] / r["sklearn_s"]
                 r["speedup_vs_sklearn"] = r["rate"] / r["sklearn_rate"] if r["sklearn_learned"] else None
                 if not r["sklearn_learned"]:
                     r["sklearn_note"] = "baseline did not learn"
             results.append(r)
-            line = f"  {name}: {r['rate']:.3g} samples/s, {r['gbps']:.2f} GB/s, accuracy {r['train_accuracy']:.3f}"
+            line = (f"  {name}: {r['rate']:.3g} samples/s, {r['gbps']:.2f} GB/s, lr {r['lr']:g}, "
+                    f"test accuracy {r['test_accuracy']:.3f}")
             if "sklearn_rate" in r:
-                line += f"; sklearn {r['sklearn_rate']:.3g}/s, accuracy {r['sklearn_train_accuracy']:.3f}"
+                line += (f"; sklearn {r['sklearn_rate']:.3g}/s, lr {r['sklearn_lr']:g}, "
+                         f"test accuracy {r['sklearn_test_accuracy']:.3f}")
                 line += "" if r["sklearn_learned"] else " (baseline did not learn)"
             print(line, flush=True)
     load1 = os.getloadavg()
@@ -453,7 +520,9 @@ def run(args: argparse.Namespace) -> int:
     doc = {"stream_bandwidth_gbps": bw, "memory_roof_gbps": bw,
            "memory_roof": "single-core streaming read of a 1 GiB float32 array, best of 5",
            "compute_roof_gflops": roof, "compute_roof": roof_what, "dense_multiclass_products": products,
-           "chance_margin": CHANCE_MARGIN, "load_average_start": load0,
+           "chance_margin": CHANCE_MARGIN, "lrs": list(args.lrs), "sklearn_lrs": list(args.sklearn_lrs),
+           "split": {"train": 1 - VAL_SHARE - TEST_SHARE, "validation": VAL_SHARE, "test": TEST_SHARE},
+           "load_average_start": load0,
            "load_average_end": load1, "threads": threads,
            "matmul_gflops": {f"{m}x{k}@{k}x{n}": v for (m, k, n), v in mm_cache.items()},
            "results": results, "machine": platform.processor() or platform.machine(),
