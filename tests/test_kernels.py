@@ -561,3 +561,24 @@ def test_warm_ranks_loads_on_every_rank_at_once_only_where_every_rank_has_the_ma
         assert log == [("warmup", kinds), "mark", "barrier"]           # compiles alone, then records it
     else:
         assert log == ["barrier", ("warmup", kinds), "mark"]           # loads what rank 0 compiled
+
+
+@pytest.mark.parametrize("sparse", [False, True])
+@pytest.mark.parametrize("name", ["mlp", "softmax", "svm", "lsq", "logistic"])
+def test_a_diverged_step_gives_non_finite_numbers_not_an_exception(name, sparse):
+    # overflowing logits made a softmax's normaliser 0 and numba raised ZeroDivisionError from inside
+    # the step; the kernels now let inf/NaN through, which the worker loop reports as a TrainingError
+    rng = np.random.default_rng(0)
+    C = 2 if name == "logistic" else 3
+    X = rng.standard_normal((64, 20)).astype(np.float32)
+    y = rng.integers(0, C, 64).astype(np.int32)
+    if sparse:
+        X = CSR.from_dense(X)
+    model = get_model(name)
+    w = 1e300 * np.sign(rng.standard_normal(model.n_params(20, C)))
+    b = bind(model, X, y, C)
+    b.step(w, np.arange(64), 0.1, 1e-4, b.scratch())
+    b.loss_sum(w)
+    if name == "mlp":
+        assert not np.all(np.isfinite(w))
+

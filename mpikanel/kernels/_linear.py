@@ -189,13 +189,13 @@ def _dense_step(w, X, y, idx, lr, l2, C, scratch, kind, product):
         w[ud + u] += alpha * gb[u]
 
 
-@njit(cache=True, fastmath=True, nogil=True)
+@njit(cache=True, fastmath=True, nogil=True, error_model="numpy")
 def dense_step_blas(w, X, y, idx, lr, l2, C, scratch, kind):
     """dense_step with its two products on BLAS gemm (needs SciPy)."""
     _dense_step(w, X, y, idx, lr, l2, C, scratch, kind, blas_product)
 
 
-@njit(cache=True, fastmath=True, nogil=True)
+@njit(cache=True, fastmath=True, nogil=True, error_model="numpy")
 def dense_step_loop(w, X, y, idx, lr, l2, C, scratch, kind):
     """dense_step with its two products on the register-blocked loops of _blocks (no SciPy)."""
     _dense_step(w, X, y, idx, lr, l2, C, scratch, kind, loop_product)
@@ -246,7 +246,7 @@ def _residual_block(kind, Z, b, y, idx, k0, C, gb):
             gb[u] += Z[k, u]
 
 
-@njit(cache=True, fastmath=True, nogil=True)
+@njit(cache=True, fastmath=True, nogil=True, error_model="numpy")
 def _dense_step_unit(w, X, y, idx, lr, l2, C, scratch, kind):
     """One-unit (binary logistic) dense step, row by row."""
     d = X.shape[1]
@@ -276,7 +276,7 @@ def _dense_step_unit(w, X, y, idx, lr, l2, C, scratch, kind):
     w[d] -= lr * (g[d] * inv)
 
 
-@njit(cache=True, fastmath=True, nogil=True)
+@njit(cache=True, fastmath=True, nogil=True, error_model="numpy")
 def dense_loss(w, X, y, C, kind):
     """Sum over all rows of the loss (no L2 term)."""
     n, d = X.shape
@@ -305,7 +305,7 @@ def _argmax(z, U):
     return best
 
 
-@njit(cache=True, fastmath=True, nogil=True)
+@njit(cache=True, fastmath=True, nogil=True, error_model="numpy")
 def dense_predict(w, X, C, kind):
     """Predicted class per row: argmax of the scores (logistic: score > 0)."""
     n, d = X.shape
@@ -329,7 +329,7 @@ def _prefetch_csr_row(indptr, indices, data, y, i):
     prefetch_span(y, i, i + 1)
 
 
-@njit(cache=True, fastmath=True, nogil=True)
+@njit(cache=True, fastmath=True, nogil=True, error_model="numpy")
 def csr_step(w, indptr, indices, data, d, y, idx, lr, l2, C, scratch, kind):
     """One minibatch SGD step in place on CSR rows; same update as dense_step.
 
@@ -340,7 +340,7 @@ def csr_step(w, indptr, indices, data, d, y, idx, lr, l2, C, scratch, kind):
     _csr_step(w, indptr, indices, data, d, y, idx, lr, l2, C, scratch, kind, w[:0], w[:0], False)
 
 
-@njit(cache=True, fastmath=True, nogil=True)
+@njit(cache=True, fastmath=True, nogil=True, error_model="numpy")
 def csr_step_lazy(w, indptr, indices, data, d, y, idx, lr, l2, C, scratch, kind, stamps, prod):
     """csr_step with lazy L2 (mpikanel.kernels.lazy): only the features of rows with a nonzero
     residual decay now, each caught up first on the decay it missed since its stamp."""
@@ -456,7 +456,7 @@ def _csr_rows(w, indptr, indices, data, d, y, idx, lr, l2, C, scratch, kind, sta
         w[ud + u] -= lr * (gb[u] * inv)
 
 
-@njit(cache=True, fastmath=True, nogil=True)
+@njit(cache=True, fastmath=True, nogil=True, error_model="numpy")
 def csr_loss(w, indptr, indices, data, d, y, C, kind):
     """Sum over all CSR rows of the loss (no L2 term)."""
     n = indptr.shape[0] - 1
@@ -473,7 +473,7 @@ def csr_loss(w, indptr, indices, data, d, y, C, kind):
     return total
 
 
-@njit(cache=True, fastmath=True, nogil=True)
+@njit(cache=True, fastmath=True, nogil=True, error_model="numpy")
 def csr_predict(w, indptr, indices, data, d, C, kind):
     """Predicted class per CSR row."""
     n = indptr.shape[0] - 1

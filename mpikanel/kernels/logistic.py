@@ -42,7 +42,7 @@ def _softplus(t):
     return math.log1p(math.exp(t))
 
 
-@njit(cache=True, fastmath=True, nogil=True)
+@njit(cache=True, fastmath=True, nogil=True, error_model="numpy")
 def sgd_step(w, X, y, idx, lr, l2, n_classes, scratch):
     """One minibatch SGD step in place: w -= lr * (mean logistic-loss gradient + l2*weights)."""
     d = X.shape[1]
@@ -77,7 +77,7 @@ def sgd_step(w, X, y, idx, lr, l2, n_classes, scratch):
     w[d] -= lr * (g[d] * inv)
 
 
-@njit(cache=True, fastmath=True, nogil=True)
+@njit(cache=True, fastmath=True, nogil=True, error_model="numpy")
 def loss_sum(w, X, y, n_classes):
     """Sum over all rows of the logistic loss (no L2 term)."""
     n, d = X.shape
@@ -96,7 +96,7 @@ def loss_sum(w, X, y, n_classes):
     return total
 
 
-@njit(cache=True, fastmath=True, nogil=True)
+@njit(cache=True, fastmath=True, nogil=True, error_model="numpy")
 def predict(w, X, n_classes):
     """Predicted class per row: 1 where w.x + b > 0, else 0."""
     n, d = X.shape

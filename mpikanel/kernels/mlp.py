@@ -101,7 +101,7 @@ def _backprop_top(w, g, a, dh, z, H, C, o1, ob1, ob2, act):
         g[ob1 + h] += dh[h]
 
 
-@njit(cache=True, fastmath=True, nogil=True)
+@njit(cache=True, fastmath=True, nogil=True, error_model="numpy")
 def dense_step(w, X, y, idx, lr, l2, C, scratch, act):
     """One minibatch SGD step in place on dense rows: w -= lr * (mean gradient + l2*weights).
 
@@ -208,7 +208,7 @@ def _activate_block(A, act):
                 A[k, h] = math.tanh(A[k, h])
 
 
-@njit(cache=True, fastmath=True, nogil=True)
+@njit(cache=True, fastmath=True, nogil=True, error_model="numpy")
 def csr_step(w, indptr, indices, data, d, y, idx, lr, l2, C, scratch, act):
     """One minibatch SGD step in place on CSR rows; same update as dense_step.
 
@@ -269,7 +269,7 @@ def csr_step(w, indptr, indices, data, d, y, idx, lr, l2, C, scratch, act):
         w[k] -= lr * (g[k] * inv)
 
 
-@njit(cache=True, fastmath=True, nogil=True)
+@njit(cache=True, fastmath=True, nogil=True, error_model="numpy")
 def _forward_dense(w, X, C, act, y, want_loss):
     """Loss sum (want_loss) or predictions over all dense rows."""
     nrows, d = X.shape
@@ -309,7 +309,7 @@ def _forward_dense(w, X, C, act, y, want_loss):
     return total, out
 
 
-@njit(cache=True, fastmath=True, nogil=True)
+@njit(cache=True, fastmath=True, nogil=True, error_model="numpy")
 def _forward_csr(w, indptr, indices, data, d, C, act, y, want_loss):
     """Loss sum (want_loss) or predictions over all CSR rows."""
     nrows = indptr.shape[0] - 1
