@@ -47,7 +47,7 @@ ROOF_N = 2000
 CHANCE_MARGIN = 0.05
 #: Learning rates tried per case (ours: the minibatch-mean step's rate; sklearn: eta0 / learning_rate_init).
 LRS = (0.003125, 0.0125, 0.05, 0.2, 0.8, 3.2, 12.8)
-SKLEARN_LRS = (0.0001, 0.001, 0.01, 0.1)
+SKLEARN_LRS = (0.00001, 0.0001, 0.001, 0.01, 0.1, 1.0)
 #: Shares of the rows held out: validation (the rate is chosen on it), then test (accuracy reported).
 VAL_SHARE = 0.1
 TEST_SHARE = 0.1
