@@ -38,6 +38,25 @@ def test_step_is_w_minus_lr_times_grad_plus_l2_w():
     np.testing.assert_array_equal(w, expected)
 
 
+@pytest.mark.parametrize("as_type", [np.float16, np.float32, list])
+def test_step_takes_a_gradient_of_any_float_dtype_and_refuses_a_wrong_size(as_type):
+    X, y = _data()
+    n = 7
+    g = np.linspace(-1.0, 1.0, n)
+    gm = GradientModel(np.zeros(n), lambda w, X, y: (g.astype(as_type) if as_type is not list else list(g), 0.0),
+                       lambda w, X, y: 0.0, lambda w, X: np.zeros(len(X), dtype=np.int32))
+    bound = bind(gm.as_model("g", X.shape[1], 2), X, y, 2)
+    w = np.ones(n)
+    bound.step(w, np.arange(4), 0.5, 0.0, bound.scratch())
+    expected = 1.0 - 0.5 * (g if as_type is list else g.astype(as_type).astype(np.float64))
+    np.testing.assert_allclose(w, expected, rtol=1e-15)
+    short = GradientModel(np.zeros(n), lambda w, X, y: (np.zeros(n - 1), 0.0), lambda w, X, y: 0.0,
+                          lambda w, X: np.zeros(len(X), dtype=np.int32))
+    bound = bind(short.as_model("s", X.shape[1], 2), X, y, 2)
+    with pytest.raises(ValueError, match="the gradient has 6 entries, the parameters 7"):
+        bound.step(w, np.arange(4), 0.5, 0.0, bound.scratch())
+
+
 def test_loss_sum_and_predictions_cover_every_row_in_blocks():
     X, y = _data(n=2500)
     gm = model_from_spec(LOGISTIC, X.shape[1], 2)

@@ -46,8 +46,8 @@ from .lazy import apply_rows, catch_up_rows
 
 
 @njit(cache=True, fastmath=True, nogil=True)
-def _apply(w, g, lr, l2, k):
-    """w[:k] -= lr*(g[:k] + l2*w[:k]); w[k:] -= lr*g[k:]."""
+def sgd_update(w, g, lr, l2, k):
+    """One pass of w[:k] -= lr*(g[:k] + l2*w[:k]); w[k:] -= lr*g[k:] (g float32 or float64)."""
     for j in range(k):
         w[j] -= lr * (g[j] + l2 * w[j])
     for j in range(k, w.shape[0]):
@@ -79,7 +79,7 @@ class _DenseStep(_Sized):
         g = scratch[: w.shape[0]]
         g[:] = 0.0
         self.grad(w, X, y, idx, n_classes, g)
-        _apply(w, g, lr, l2, self.head(X.shape[1], n_classes))
+        sgd_update(w, g, lr, l2, self.head(X.shape[1], n_classes))
 
 
 class _CsrStep(_Sized):
@@ -95,7 +95,7 @@ class _CsrStep(_Sized):
         g = scratch[: w.shape[0]]
         g[:] = 0.0
         self.grad(w, indptr, indices, data, d, y, idx, n_classes, g)
-        _apply(w, g, lr, l2, self.head(d, n_classes))
+        sgd_update(w, g, lr, l2, self.head(d, n_classes))
 
 
 class _CsrLazyStep(_Sized):

