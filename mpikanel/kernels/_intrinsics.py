@@ -97,29 +97,22 @@ def prefetch_span(typingctx, a, lo, hi):
     return sig, codegen
 
 
-@intrinsic
-def int_bits_as_float(typingctx, n):
-    """Reinterpret the bits of an int64 as a float64 (no conversion)."""
-    if not isinstance(n, types.Integer):
-        return None
-    sig = types.float64(n)
+def _bitcast(from_kind, from_ty, to_ty, llvm_to):
+    """An intrinsic reinterpreting the 64 bits of a from_kind scalar (cast to from_ty) as to_ty."""
 
-    def codegen(context, builder, signature, args):
-        v = context.cast(builder, args[0], signature.args[0], types.int64)
-        return builder.bitcast(v, ir.DoubleType())
+    def typer(typingctx, x):
+        if not isinstance(x, from_kind):
+            return None
 
-    return sig, codegen
+        def codegen(context, builder, signature, args):
+            return builder.bitcast(context.cast(builder, args[0], signature.args[0], from_ty), llvm_to)
+
+        return to_ty(x), codegen
+
+    return intrinsic(typer)
 
 
-@intrinsic
-def float_bits_as_int(typingctx, x):
-    """Reinterpret the bits of a float64 as an int64 (no conversion)."""
-    if not isinstance(x, types.Float):
-        return None
-    sig = types.int64(x)
-
-    def codegen(context, builder, signature, args):
-        v = context.cast(builder, args[0], signature.args[0], types.float64)
-        return builder.bitcast(v, ir.IntType(64))
-
-    return sig, codegen
+#: Reinterpret the bits of an int64 as a float64 (no conversion).
+int_bits_as_float = _bitcast(types.Integer, types.int64, types.float64, ir.DoubleType())
+#: Reinterpret the bits of a float64 as an int64 (no conversion).
+float_bits_as_int = _bitcast(types.Float, types.float64, types.int64, ir.IntType(64))
