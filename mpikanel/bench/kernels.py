@@ -70,7 +70,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="L2 of the CSR runs (l2 > 0 decays every weight each step: O(n_params))")
     parser.add_argument("--sklearn-max-rows", type=int, default=1_000_000,
                         help="sklearn runs on at most this many training rows (rate per sample compared; "
-                             "the default covers every training row, so both accuracies come from the same data)")
+                             "the default covers every training row at the default sizes, so both accuracies come from the same data)")
     parser.add_argument("--sklearn-mlp-max-rows", type=int, default=20_000,
                         help="row cap of sklearn's MLPClassifier on CSR data (~1e3 rows/s there)")
     parser.add_argument("--no-sklearn", action="store_true")

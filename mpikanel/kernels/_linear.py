@@ -126,7 +126,7 @@ def _csr_logits(w, indptr, indices, data, i, U, d, z):
     lo, hi = indptr[i], indptr[i + 1]
     u0 = 0
     # four units at a time in registers (z may alias w as far as LLVM knows: a z[u] += would store
-    # at every entry); each unit still sums its entries in row order
+    # at every entry); fastmath may reorder each unit's sum, deterministically for a given build
     while u0 + 4 <= U:
         a0, a1, a2, a3 = w[ud + u0], w[ud + u0 + 1], w[ud + u0 + 2], w[ud + u0 + 3]
         for p in range(lo, hi):
