@@ -58,10 +58,19 @@ def _sync_tables(doc: dict) -> str:
 
 def table_of(path: Path) -> str:
     """The markdown table(s) of one results file; Unreadable when its format is none of the benches'."""
+    return _table(_load(path), path.name)
+
+
+def _load(path: Path) -> object:
+    """A results file's JSON document; Unreadable when it is not JSON."""
     try:
-        doc = json.loads(path.read_text())
+        return json.loads(path.read_text())
     except (OSError, ValueError) as exc:
         raise Unreadable(f"{path.name}: not JSON ({exc})") from None
+
+
+def _table(doc: object, name: str) -> str:
+    """table_of for a document already read (name: its file's, for the errors)."""
     readers: list[tuple[Callable[[dict], bool], Callable[[dict], str]]] = [
         (lambda d: d.get("benchmark") == "sync" and "tables" in d, _sync_tables),
         (lambda d: d.get("benchmark") == "server", lambda d: server.format_table(d["results"])),
@@ -78,8 +87,8 @@ def table_of(path: Path) -> str:
                 try:
                     return read(doc)
                 except (KeyError, TypeError, IndexError, ValueError, ZeroDivisionError) as exc:
-                    raise Unreadable(f"{path.name}: {type(exc).__name__} {exc}") from None
-    raise Unreadable(f"{path.name}: a format of no bench subcommand")
+                    raise Unreadable(f"{name}: {type(exc).__name__} {exc}") from None
+    raise Unreadable(f"{name}: a format of no bench subcommand")
 
 
 def result_files(entry: Path) -> list[Path]:
@@ -133,11 +142,11 @@ def build(results: Path) -> tuple[str, list[str], list[str]]:
         for path in files:
             label = str(path.relative_to(results))
             try:
-                table = table_of(path)
+                doc = _load(path)
+                table = _table(doc, path.name)
             except Unreadable as exc:
                 unreadable.append(f"{label}: {exc}")
                 continue
-            doc = json.loads(path.read_text())
             if isinstance(doc, dict) and "venvs" in doc and "table" in doc:
                 mpi_docs.append(doc)
             md = _committed_md(path)
