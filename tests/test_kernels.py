@@ -527,6 +527,37 @@ def test_the_warm_marker_names_what_numba_keys_its_cache_by(monkeypatch):
         unregister_model("warm_marker_user")
 
 
+def test_a_cache_filled_from_other_kernel_sources_is_dropped_before_the_kernels_load(tmp_path, monkeypatch):
+    # numba checks an entry against its own file only: an edit of an inlined helper alone would load old code
+    import mpikanel.kernels as K
+
+    monkeypatch.setattr(K, "_cache_dir", lambda: tmp_path)
+    old = [tmp_path / n for n in ("_linear.csr_step-333.py311.nbi", "_linear.csr_step-333.py311.1.nbc",
+                                  "mpikanel-warm-0123")]
+    for p in old + [tmp_path / "kept.cpython-311.pyc"]:
+        p.write_text("x")
+    assert K.drop_stale_cache() is False                      # no record yet: these sources are recorded
+    assert all(p.exists() for p in old)
+    assert (tmp_path / K.SOURCES_FILE).read_text() == repr(K._source_stamps())
+    assert K.drop_stale_cache() is False and all(p.exists() for p in old)
+    stamps = K._source_stamps()
+    monkeypatch.setattr(K, "_source_stamps", lambda: [(stamps[0][0], 1, 2)] + stamps[1:])   # one helper edited
+    assert K.drop_stale_cache() is True
+    assert not any(p.exists() for p in old) and (tmp_path / "kept.cpython-311.pyc").exists()
+    assert (tmp_path / K.SOURCES_FILE).read_text() == repr(K._source_stamps())
+    calls = []
+
+    def bind(*args):
+        calls.append("load")
+        raise StopIteration                                   # nothing compiles here
+
+    monkeypatch.setattr(K, "drop_stale_cache", lambda: calls.append("drop"))
+    monkeypatch.setattr(K, "bind", bind)
+    with pytest.raises(StopIteration):
+        K.warmup(get_model("logistic"), dense=True, sparse=False)
+    assert calls == ["drop", "load"]                          # before the kernels load
+
+
 class _Comm:
     """What warm_ranks uses of a communicator: rank `rank` of ranks where `uncached` do not find the marker."""
 

@@ -42,7 +42,9 @@ def test_bsp_gives_bitwise_the_same_model_on_one_and_two_servers(tmp_path):
     assert runs[1]["params_sha256"] == runs[2]["params_sha256"]
     assert [w["steps"] for w in runs[2]["per_worker"]] == [w["steps"] for w in runs[1]["per_worker"]]
     # the curve of two servers' pieces: snapshot points are times, so they differ between runs,
-    # but BSP goes through bitwise the same versions: equal versions have equal losses
+    # but BSP goes through bitwise the same versions: equal versions have equal losses, to the
+    # rounding of the float32 evaluation (snapshots are scored in blocks of one BLAS product, whose
+    # rounding may depend on how many snapshots a block holds: 2.8e-9 apart was seen on an AVX2 machine)
     one, two = curves[1], curves[2]
     assert len(two["version"]) >= 3 and (two["version"][1:] >= two["version"][:-1]).all()
     assert two["version"][0] == 0 and two["version"][-1] == one["version"][-1] == runs[1]["deltas_applied"]
@@ -50,7 +52,7 @@ def test_bsp_gives_bitwise_the_same_model_on_one_and_two_servers(tmp_path):
     common = [(loss[int(v)], x) for v, x in zip(two["version"], two["test_loss"]) if int(v) in loss]
     assert len(common) >= 2                 # the start and the end at least
     for a, b in common:
-        assert abs(a - b) <= 1e-12
+        assert abs(a - b) <= 1e-6 * abs(a)
     assert two["test_loss"][-1] == one["test_loss"][-1]
 
 

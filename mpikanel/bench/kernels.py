@@ -457,10 +457,11 @@ def roofline(r: dict, X, name: str, bw: float, roof: float, mm: float, hidden: i
 def run(args: argparse.Namespace) -> int:
     """Run every (data kind, model) case and print the table."""
     os.environ.setdefault("OMP_NUM_THREADS", "1")
-    from ..kernels import set_threads
+    from ..kernels import drop_stale_cache, set_threads
     from ..kernels._blocks import HAVE_BLAS
 
     threads = set_threads(1)
+    drop_stale_cache()      # the kernels are called directly here, not through warmup
     load0 = os.getloadavg()
     bw = stream_bandwidth()
     roof = gemm_roof()

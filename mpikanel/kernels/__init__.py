@@ -69,6 +69,7 @@ def warmup(model: Model, dense: bool = True, sparse: bool = True) -> None:
     """Compile (or load from the numba cache) the model's dense and CSR kernels for the canonical argument types."""
     if not model.compiled:
         return
+    drop_stale_cache()
     n_features, n_rows = 3, 4
     n_classes = max(2, model.min_classes)
     X = np.zeros((n_rows, n_features), dtype=np.float32)
@@ -101,6 +102,46 @@ def _cache_dir() -> Path | None:
         return None
 
 
+#: In numba's cache directory of the kernels: the sources' stamps its entries were compiled from.
+SOURCES_FILE = "mpikanel-sources"
+
+
+def _source_stamps() -> list[tuple[str, int, int]]:
+    """(name, mtime in ns, size) of every kernel source file: what numba stamps a cached entry with."""
+    return [(p.name, st.st_mtime_ns, st.st_size)
+            for p in sorted(Path(__file__).parent.glob("*.py")) for st in (p.stat(),)]
+
+
+def drop_stale_cache() -> bool:
+    """Empty numba's cache of the kernels when any kernel source changed since it was filled; True if it did.
+
+    numba checks a cached entry against its own source file only, and the kernels inline helpers
+    from the other files (``_blocks``, ``_intrinsics``, ``lazy``): after an edit of a helper alone,
+    numba would load entries compiled from the old helper.  Called before the kernels load
+    (``warmup``), on the rank that fills the cache first."""
+    where = _cache_dir()
+    if where is None:
+        return False
+    stamp = repr(_source_stamps())
+    marker = where / SOURCES_FILE
+    try:
+        recorded = marker.read_text()
+    except OSError:     # nothing recorded yet: entries there were compiled by this code (tests, benches)
+        recorded = None  # or by a release before this record, whose kernel modules all differ from these
+    if recorded == stamp:
+        return False
+    stale = [] if recorded is None else [p for pattern in ("*.nbi", "*.nbc", "mpikanel-warm-*")
+                                         for p in where.glob(pattern)]
+    try:
+        for p in stale:
+            p.unlink(missing_ok=True)
+        where.mkdir(parents=True, exist_ok=True)
+        marker.write_text(stamp)
+    except OSError:     # a read-only cache: numba cannot write there either
+        return False
+    return bool(stale)
+
+
 def cache_is_cold() -> bool:
     """Whether numba's cache holds no compiled kernel yet: the first run compiles them (~20 s)."""
     where = _cache_dir()
@@ -120,10 +161,8 @@ def _warm_marker(model: Model, dense: bool, sparse: bool) -> Path | None:
     import numba
     from llvmlite import binding as llvm
 
-    stamps = [(p.name, st.st_mtime_ns, st.st_size)
-              for p in sorted(Path(__file__).parent.glob("*.py")) for st in (p.stat(),)]
     key = repr((model.name, model.description, dense, sparse and model.supports_csr, numba.__version__, sys.version,
-                llvm.get_host_cpu_name(), llvm.get_host_cpu_features().flatten(), stamps))
+                llvm.get_host_cpu_name(), llvm.get_host_cpu_features().flatten(), _source_stamps()))
     return where / f"mpikanel-warm-{hashlib.sha256(key.encode()).hexdigest()[:24]}"
 
 

@@ -23,8 +23,9 @@ is float64: float32 data is widened once per minibatch (``gather_rows``).
 ``gemm(out, A, trans_a, B, alpha, beta)`` tiles a whole product with these micro-kernels.
 Results are deterministic for given shapes (fixed order of summation per output).
 
-numba's on-disk cache of a kernel is keyed on the kernel's own source file only: after editing this
-file, clear the numba cache (or edit the kernel modules) or _linear's and mlp's kernels keep the old code.
+numba's on-disk cache of a kernel is keyed on the kernel's own source file only; ``warmup`` empties
+the cache when any kernel source changed (``drop_stale_cache``), so _linear's and mlp's kernels
+do not keep the old code of this file.
 """
 
 from __future__ import annotations

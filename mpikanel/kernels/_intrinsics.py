@@ -1,7 +1,7 @@
 """Low-level numba intrinsics shared by the kernels.
 
-Note: numba's on-disk cache of a kernel is keyed on the kernel's own source file, so after editing
-this file clear mpikanel/kernels/__pycache__ (or touch the kernel modules) to force recompilation.
+numba's on-disk cache of a kernel is keyed on the kernel's own source file; ``warmup`` empties the
+cache when any kernel source (this file too) changed (``drop_stale_cache``).
 """
 
 from __future__ import annotations
