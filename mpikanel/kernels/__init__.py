@@ -126,8 +126,8 @@ def drop_stale_cache() -> bool:
     marker = where / SOURCES_FILE
     try:
         recorded = marker.read_text()
-    except OSError:     # nothing recorded yet: entries there were compiled by this code (tests, benches)
-        recorded = None  # or by a release before this record, whose kernel modules all differ from these
+    except OSError:     # nothing recorded yet: entries there come from this code (tests, benches) or from
+        recorded = None  # a release without the record, and are trusted as numba trusts them
     if recorded == stamp:
         return False
     stale = [] if recorded is None else [p for pattern in ("*.nbi", "*.nbc", "mpikanel-warm-*")
