@@ -53,7 +53,8 @@ def test_bsp_gives_bitwise_the_same_model_on_one_and_two_servers(tmp_path):
     assert len(common) >= 2                 # the start and the end at least
     for a, b in common:
         assert abs(a - b) <= 1e-6 * abs(a)
-    assert two["test_loss"][-1] == one["test_loss"][-1]
+    assert abs(two["test_loss"][-1] - one["test_loss"][-1]) <= 1e-6 * abs(one["test_loss"][-1])
+    assert runs[2]["test_loss"] == runs[1]["test_loss"]       # the final model, scored alone: exact
 
 
 # the default --l2: CSR steps decay lazily, so deltas stay sparse
