@@ -42,10 +42,11 @@ rm -f "$E2E_TIMES"
 # tests/slurm runs beside stage 1, as stage 1b: its jobs spend most of their time waiting on SLURM (its
 # scheduling, requeues and signal delays), so on 2 cores the two together took 353 s where one after
 # the other took 477 s (tests/slurm and the 17-rank paced test beside test_checkpoint_e2e). Its log
-# follows stage 1's. The paced claims stay in stage 1: their margins are for a machine loaded by one
-# stage, and the 17-rank one failed beside another.
+# follows stage 1's. The paced tests stay in stage 1: their margins hold on a machine loaded by one
+# stage, and the 17-rank one failed when it ran beside test_checkpoint_e2e.
 slurm_log=$(mktemp)
-trap 'kill -- -$slurm_pid 2>/dev/null || true; rm -f "$slurm_log"' EXIT
+slurm_pid=
+trap '[ -z "$slurm_pid" ] || kill -- -"$slurm_pid" 2>/dev/null || true; rm -f "$slurm_log"' EXIT
 set -m      # the background stage gets its own process group, so a failure above ends all of it
 MPIKANEL_TEST_STAGE="stage 1b" timeout --kill-after=30 "${STEP_TIMEOUT:-2400}" \
   .venv/bin/python -m pytest -q -p no:cacheprovider --durations=10 tests/slurm >"$slurm_log" 2>&1 &
