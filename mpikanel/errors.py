@@ -16,3 +16,12 @@ class CheckpointError(TrainingError):
 class NothingLeft(Exception):
     """A resumed run whose checkpoint has already done all of its budget: nothing to train (the CLI
     prints the message and exits 0)."""
+
+
+class Interrupted(Exception):
+    """A stop signal (its number in `signum`) ended the run before training began, with nothing to
+    checkpoint; the CLI says so and aborts every rank with 128 + signum."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(f"signal {signum}")
+        self.signum = signum

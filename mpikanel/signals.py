@@ -4,6 +4,8 @@ from __future__ import annotations
 import signal
 import threading
 
+from .errors import Interrupted
+
 
 class StopSignals:
     """Installs flag-setting handlers (main thread only); ``restore`` puts the old ones back.
@@ -38,3 +40,13 @@ class StopSignals:
         for sig, handler in self.previous.items():
             signal.signal(sig, handler)
         self.previous = {}
+
+    def end_start_up(self) -> None:
+        """Put the previous handlers back; raise Interrupted if a stop signal came in the meantime.
+
+        For a run with nothing to checkpoint. The caller must not just return: peers the signal
+        reached later, or never, are blocked in MPI waiting for this rank, so only an abort ends them.
+        """
+        self.restore()
+        if self.flag:
+            raise Interrupted(self.signum or signal.SIGTERM)

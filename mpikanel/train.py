@@ -8,7 +8,6 @@ training starts; any failure after that aborts the whole job with the failing ra
 from __future__ import annotations
 
 import os
-import signal
 import sys
 import time
 from typing import Any
@@ -171,11 +170,7 @@ def main(argv: list[str] | None = None) -> int:
 
     def body(config: TrainConfig, world) -> int:
         if not config.checkpoint_dir:
-            stop.restore()            # nothing to checkpoint: signals end the job as usual
-            if stop.requested():          # a signal during start-up
-                if stop.signum == signal.SIGINT and world.Get_rank() == 0:
-                    print("mpikanel: interrupted", file=sys.stderr, flush=True)
-                return 128 + (stop.signum or 15)
+            stop.end_start_up()           # nothing to checkpoint: signals end the job as usual
         summary = train(config, world, _stop=stop)
         if not summary["stopped"]:
             return 0

@@ -231,6 +231,35 @@ def test_ctrl_c_landing_in_a_c_callback_still_ends_the_job_with_one_line(tmp_pat
     assert err.count("lost: interrupted") == 1 and "Traceback" not in err, err
 
 
+EARLY_INTERRUPT = """
+import os, signal, sys
+from mpikanel.comm.cli import run_cli
+from mpikanel.signals import StopSignals
+
+stop = StopSignals(enabled=True)           # as mpikanel.train installs them, from its first moment
+
+def body(config, world):
+    if world.Get_rank() == 0:
+        os.kill(os.getpid(), signal.SIGINT)    # the Ctrl-C reached rank 0 alone, during start-up
+    stop.end_start_up()
+    world.Barrier()                        # its peer went on, into MPI, where no signal reaches it
+    return 0
+
+sys.exit(run_cli("early", body, []))
+"""
+
+
+def test_ctrl_c_during_start_up_on_one_rank_ends_the_job_with_one_line(tmp_path):
+    # a loaded CI machine delivered Ctrl-C to rank 0 before its handlers were restored and to the
+    # others after: rank 0 used to return 130 while its peers waited for it in MPI for ever
+    script = tmp_path / "early.py"
+    script.write_text(EARLY_INTERRUPT)
+    proc = subprocess.Popen([mpiexec(), "-n", "2", sys.executable, str(script)], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=clean_env(), start_new_session=True)
+    rc, _, err = finish(proc, timeout=40)
+    assert rc == 130, err
+    assert err.count("early: interrupted") == 1 and "Traceback" not in err, err
+
 # SSP's state is the book's clocks, which PSP and ESP resume too (CI time)
 @pytest.mark.parametrize("sync", ["esp", "psp"])
 def test_async_models_resume_with_state_intact(sync, tmp_path):

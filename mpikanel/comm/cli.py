@@ -1,6 +1,7 @@
 """The shared shape of mpikanel's MPI command-line entry points: one place for exit codes."""
 from __future__ import annotations
 
+import signal
 import sys
 import threading
 import time
@@ -8,7 +9,7 @@ import traceback
 from typing import Callable
 
 from ..config import TrainConfig, config_from_args
-from ..errors import InputError, NothingLeft, TrainingError
+from ..errors import InputError, Interrupted, NothingLeft, TrainingError
 from . import environment
 
 
@@ -21,7 +22,7 @@ def run_cli(prog: str, body: Callable[[TrainConfig, object], int], argv: list[st
     2 for bad input (raised identically on every rank during set-up, printed once by rank 0); 0
     with one line when a resumed checkpoint has nothing left to do;
     Ctrl-C (SIGINT) without checkpoints: one line from rank 0 and an abort with code 130 (ranks
-    blocked in MPI would not see the signal); any other exception prints a message naming the
+    blocked in MPI would not see the signal), as for any stop signal body reports as Interrupted; any other exception prints a message naming the
     rank (with a traceback unless it is an expected TrainingError) and aborts every rank, so a
     failure never leaves a job hanging.
     """
@@ -37,15 +38,16 @@ def run_cli(prog: str, body: Callable[[TrainConfig, object], int], argv: list[st
 
     world = MPI.COMM_WORLD
 
-    def interrupted() -> None:
+    def interrupted(signum: int = signal.SIGINT) -> None:
         # Ctrl-C reaches every rank: rank 0 says it once and aborts (peers blocked inside MPI never
         # return to Python to see the signal); a rank that was not ended by then says it itself,
         # one rank after another, in case rank 0's interrupt was lost
         rank = world.Get_rank()
         if rank:
             time.sleep(2.0 + 0.5 * rank)
-        print(f"{prog}: interrupted", file=sys.stderr, flush=True)
-        world.Abort(130)
+        said = "interrupted" if signum == signal.SIGINT else f"stopped by {signal.Signals(signum).name} during start-up"
+        print(f"{prog}: {said}", file=sys.stderr, flush=True)
+        world.Abort(128 + signum)
 
     def lost_interrupt(unraisable, previous=sys.unraisablehook) -> None:
         # a Ctrl-C landing in a ctypes callback (numba compiling, for one) is printed and dropped
@@ -69,6 +71,9 @@ def run_cli(prog: str, body: Callable[[TrainConfig, object], int], argv: list[st
     except KeyboardInterrupt:
         interrupted()
         return 130
+    except Interrupted as exc:
+        interrupted(exc.signum)
+        return 128 + exc.signum
     except BaseException as exc:  # noqa: BLE001 - any failure must end the whole job
         detail = "" if isinstance(exc, TrainingError) else "".join(traceback.format_exception(exc))
         print(f"{detail}{prog}: rank {world.Get_rank()} failed: {type(exc).__name__}: {exc}; "
