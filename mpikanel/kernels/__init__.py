@@ -17,6 +17,7 @@ import numpy as np
 
 from ..errors import InputError
 from . import logistic, lsq, mlp, softmax, svm
+from ._blocks import preload_cython_blas
 from .base import CSR, BoundModel, Model, bind, l2_penalty
 from .lazy import LazyDecay, lazy_decay
 from .custom import make_model
@@ -70,6 +71,7 @@ def warmup(model: Model, dense: bool = True, sparse: bool = True) -> None:
     if not model.compiled:
         return
     drop_stale_cache()
+    preload_cython_blas()
     n_features, n_rows = 3, 4
     n_classes = max(2, model.min_classes)
     X = np.zeros((n_rows, n_features), dtype=np.float32)
