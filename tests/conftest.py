@@ -1,7 +1,6 @@
 """Test set-up: make tests/ importable, end a whole MPI test run when one rank fails, turn the
 needs_fashion mark into need_fashion_mnist, print a stage's counts in one line, mark the tests that
-launch MPI (e2e) and those that compare times (timing), record the e2e times, pick those the second
-MPI runs inside CI's time, and split a run into round-robin shares for parallel streams."""
+launch MPI (e2e), record their times, and pick those the second MPI runs inside CI's time."""
 import json
 import os
 import sys
@@ -37,15 +36,6 @@ ALWAYS = (
     "tests/test_pacing.py::test_a_paced_run_lasts_its_modeled_steps_and_says_so",
     "tests/test_multihost_e2e.py",
 )
-#: modules whose assertions compare wall or CPU times (paced claims, waits, ESP's judgement of a busy
-#: server, idle ranks' CPU): marked `timing`; scripts/test.sh runs them with nothing else beside them
-TIMING_MODULES = frozenset({
-    "test_paced_scale_e2e.py", "test_claims_e2e.py", "test_esp_psp_e2e.py", "test_hetero_e2e.py", "test_pacing.py",
-    "test_baselines.py", "test_bench_server.py", "test_bench_sync.py", "test_bench_simcheck.py", "test_resume_e2e.py",
-})
-#: "I/N": run only the I-th (0-based) of N round-robin shares of the selected tests (scripts/test.sh's
-#: parallel streams)
-SHARD_ENV = "MPIKANEL_TEST_SHARD"
 _durations: dict[str, float] = {}
 
 
@@ -65,8 +55,6 @@ def pytest_collection_modifyitems(config, items):
     then the quickest of the rest (by TIMES_ENV's times) up to the budget, and say what was left."""
     e2e = []
     for item in items:
-        if Path(item.path).name in TIMING_MODULES and Path(item.path).parent == Path(__file__).parent:
-            item.add_marker(pytest.mark.timing)
         if _launches_mpi(Path(item.path)):
             item.add_marker(pytest.mark.e2e)
             e2e.append(item)
@@ -96,31 +84,6 @@ def pytest_collection_modifyitems(config, items):
         f"times (budget {budget:g} s); the {len(left)} longer ones "
         f"({sum(times.get(i.nodeid, 0.0) for i in left):.0f} s) run in the full run, "
         f"{BUDGET_ENV}=0 bash scripts/test.sh: " + ", ".join(f"{f} {n}" for f, n in sorted(per_file.items())))
-
-
-class _Shard:
-    """Keeps this stream's round-robin share of the tests left after -m/-k selection."""
-
-    def __init__(self, index: int, count: int) -> None:
-        self.index, self.count = index, count
-
-    @pytest.hookimpl(trylast=True)
-    def pytest_collection_modifyitems(self, config, items):
-        """Deselect every test but each count-th one from index."""
-        others = [item for n, item in enumerate(items) if n % self.count != self.index]
-        if others:
-            config.hook.pytest_deselected(items=others)
-            items[:] = [item for n, item in enumerate(items) if n % self.count == self.index]
-
-
-def pytest_configure(config):
-    """With SHARD_ENV set ("I/N"), keep the I-th of N round-robin shares of the selected tests."""
-    shard = os.environ.get(SHARD_ENV)
-    if shard:
-        index, count = (int(part) for part in shard.split("/"))
-        if not 0 <= index < count:
-            raise pytest.UsageError(f"{SHARD_ENV}={shard}: want I/N with 0 <= I < N")
-        config.pluginmanager.register(_Shard(index, count), "mpikanel-shard")
 
 
 def pytest_sessionfinish(session):
