@@ -185,6 +185,21 @@ def test_ctrl_c_without_checkpoints_is_one_line_and_exit_130(tmp_path):
     assert "Traceback" not in err and "KeyboardInterrupt" not in err
 
 
+def start_script(tmp_path: Path, name: str, text: str) -> tuple[Path, subprocess.Popen]:
+    """Write `text` to tmp_path/name.py and start it on 2 ranks; the script and the launcher."""
+    script = tmp_path / f"{name}.py"
+    script.write_text(text)
+    return script, subprocess.Popen([mpiexec(), "-n", "2", sys.executable, str(script)], stdout=subprocess.PIPE,
+                                    stderr=subprocess.PIPE, text=True, env=clean_env(), start_new_session=True)
+
+
+def assert_interrupted_once(proc, prog: str) -> None:
+    """The job ends within 40 s with exit 130 and one `PROG: interrupted` line, no traceback."""
+    rc, _, err = finish(proc, timeout=40)
+    assert rc == 130, err
+    assert err.count(f"{prog}: interrupted") == 1 and "Traceback" not in err, err
+
+
 LOST_INTERRUPT = """
 import ctypes, pathlib, sys, time
 from mpikanel.comm.cli import run_cli
@@ -208,10 +223,7 @@ sys.exit(run_cli("lost", body, []))
 def test_ctrl_c_landing_in_a_c_callback_still_ends_the_job_with_one_line(tmp_path):
     # Python drops a KeyboardInterrupt raised inside a ctypes callback ("Exception ignored");
     # numba compiling at start-up is such a callback, and a Ctrl-C there used to be lost
-    script = tmp_path / "lost.py"
-    script.write_text(LOST_INTERRUPT)
-    proc = subprocess.Popen([mpiexec(), "-n", "2", sys.executable, str(script)], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env=clean_env(), start_new_session=True)
+    script, proc = start_script(tmp_path, "lost", LOST_INTERRUPT)
     try:
         # a file per rank, not a line on stdout: at load 10, in 1 run of 8, a rank's flushed line
         # never came out of mpiexec's stdout (the job ran to its end, exit 0)
@@ -226,9 +238,7 @@ def test_ctrl_c_landing_in_a_c_callback_still_ends_the_job_with_one_line(tmp_pat
     except BaseException:
         os.killpg(proc.pid, signal.SIGKILL)
         raise
-    rc, _, err = finish(proc, timeout=40)      # the callback's 10 s and the 60 s after it never end it
-    assert rc == 130, err
-    assert err.count("lost: interrupted") == 1 and "Traceback" not in err, err
+    assert_interrupted_once(proc, "lost")     # the callback's 10 s and the 60 s after it never end it
 
 
 EARLY_INTERRUPT = """
@@ -252,13 +262,8 @@ sys.exit(run_cli("early", body, []))
 def test_ctrl_c_during_start_up_on_one_rank_ends_the_job_with_one_line(tmp_path):
     # a loaded CI machine delivered Ctrl-C to rank 0 before its handlers were restored and to the
     # others after: rank 0 used to return 130 while its peers waited for it in MPI for ever
-    script = tmp_path / "early.py"
-    script.write_text(EARLY_INTERRUPT)
-    proc = subprocess.Popen([mpiexec(), "-n", "2", sys.executable, str(script)], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env=clean_env(), start_new_session=True)
-    rc, _, err = finish(proc, timeout=40)
-    assert rc == 130, err
-    assert err.count("early: interrupted") == 1 and "Traceback" not in err, err
+    _, proc = start_script(tmp_path, "early", EARLY_INTERRUPT)
+    assert_interrupted_once(proc, "early")
 
 # SSP's state is the book's clocks, which PSP and ESP resume too (CI time)
 @pytest.mark.parametrize("sync", ["esp", "psp"])

@@ -100,39 +100,18 @@ def test_models_step_on_blas_when_scipy_is_installed(name):
     np.testing.assert_array_equal(again, got)   # same inputs, same bits
 
 
-def test_without_scipy_the_loop_step_is_used():
-    code = ("import sys; sys.modules['scipy'] = None\n"
-            "import numpy as np\n"
-            "from mpikanel.kernels import _linear, bind, get_model\n"
-            "assert _linear.dense_step is _linear.dense_step_loop\n"
-            "rng = np.random.default_rng(0)\n"
-            "X = rng.standard_normal((40, 5)).astype(np.float32); y = rng.integers(0, 3, 40).astype(np.int32)\n"
-            "w = np.zeros(18); b = bind(get_model('softmax'), X, y, 3)\n"
-            "b.step(w, np.arange(40, dtype=np.int64), 0.5, 0.0, b.scratch())\n"
-            "print(int(b.correct(w)))\n")
-    done = subprocess.run([sys.executable, "-c", code], env=dict(os.environ), capture_output=True, text=True,
-                          timeout=240)
-    assert done.returncode == 0, done.stderr
-    assert int(done.stdout.strip()) > 0
+#: one softmax step on a small problem, its parameters printed (after a prelude that imports np, bind, get_model)
+STEP_CODE = ("rng = np.random.default_rng(0)\n"
+             "X = rng.standard_normal((40, 5)).astype(np.float32); y = rng.integers(0, 3, 40).astype(np.int32)\n"
+             "w = rng.standard_normal(18); b = bind(get_model('softmax'), X, y, 3)\n"
+             "b.step(w, np.arange(40, dtype=np.int64), 0.5, 0.0, b.scratch())\n"
+             "print(' '.join(repr(float(v)) for v in w))\n")
 
 
-@pytest.mark.skipif(not HAVE_BLAS, reason="SciPy not installed: no BLAS to load")
-def test_warmup_loads_blas_without_scipy_linalg_and_the_blas_step_is_right():
-    # scipy.linalg costs every rank 0.4 s of CPU at start-up; its cython_blas module alone serves numba
-    code = ("import sys\n"
-            "import numpy as np\n"
-            "from mpikanel.kernels import _linear, bind, get_model, warmup\n"
-            "warmup(get_model('softmax'))\n"
-            "assert 'scipy.linalg' not in sys.modules, 'scipy.linalg imported'\n"
-            "import numba.np.arraymath\n"
-            "assert numba.np.arraymath._HAVE_BLAS and _linear.dense_step is _linear.dense_step_blas\n"
-            "rng = np.random.default_rng(0)\n"
-            "X = rng.standard_normal((40, 5)).astype(np.float32); y = rng.integers(0, 3, 40).astype(np.int32)\n"
-            "w = rng.standard_normal(18); b = bind(get_model('softmax'), X, y, 3)\n"
-            "b.step(w, np.arange(40, dtype=np.int64), 0.5, 0.0, b.scratch())\n"
-            "print(' '.join(repr(float(v)) for v in w))\n")
-    done = subprocess.run([sys.executable, "-c", code], env=dict(os.environ), capture_output=True, text=True,
-                          timeout=240)
+def assert_a_fresh_process_steps_right(prelude: str) -> None:
+    """`prelude`, then STEP_CODE, in a fresh Python: it succeeds and its step is numpy's."""
+    done = subprocess.run([sys.executable, "-c", prelude + STEP_CODE], env=dict(os.environ), capture_output=True,
+                          text=True, timeout=240)
     assert done.returncode == 0, done.stderr
     rng = np.random.default_rng(0)
     X = rng.standard_normal((40, 5)).astype(np.float32)
@@ -140,3 +119,23 @@ def test_warmup_loads_blas_without_scipy_linalg_and_the_blas_step_is_right():
     w = rng.standard_normal(18)
     expected = numpy_step("softmax", w, X, y, np.arange(40), 0.5, 0.0, 3)
     assert_step_close(np.array([float(v) for v in done.stdout.split()]), expected, w, 0.5)
+
+
+def test_without_scipy_the_loop_step_is_used():
+    assert_a_fresh_process_steps_right("import sys; sys.modules['scipy'] = None\n"
+                                       "import numpy as np\n"
+                                       "from mpikanel.kernels import _linear, bind, get_model\n"
+                                       "assert _linear.dense_step is _linear.dense_step_loop\n")
+
+
+@pytest.mark.skipif(not HAVE_BLAS, reason="SciPy not installed: no BLAS to load")
+def test_warmup_loads_blas_without_scipy_linalg_and_the_blas_step_is_right():
+    # scipy.linalg costs every rank 0.4 s of CPU at start-up; its cython_blas module alone serves numba
+    assert_a_fresh_process_steps_right(
+        "import sys\n"
+        "import numpy as np\n"
+        "from mpikanel.kernels import _linear, bind, get_model, warmup\n"
+        "warmup(get_model('softmax'))\n"
+        "assert 'scipy.linalg' not in sys.modules, 'scipy.linalg imported'\n"
+        "import numba.np.arraymath\n"
+        "assert numba.np.arraymath._HAVE_BLAS and _linear.dense_step is _linear.dense_step_blas\n")
