@@ -21,10 +21,10 @@ def run_cli(prog: str, body: Callable[[TrainConfig, object], int], argv: list[st
 
     2 for bad input (raised identically on every rank during set-up, printed once by rank 0); 0
     with one line when a resumed checkpoint has nothing left to do;
-    Ctrl-C (SIGINT) without checkpoints: one line from rank 0 and an abort with code 130 (ranks
-    blocked in MPI would not see the signal), as for any stop signal body reports as Interrupted; any other exception prints a message naming the
-    rank (with a traceback unless it is an expected TrainingError) and aborts every rank, so a
-    failure never leaves a job hanging.
+    Ctrl-C (SIGINT) without checkpoints, or any stop signal that body reports as Interrupted: one
+    line from rank 0 and an abort with code 128 + signum (ranks blocked in MPI would not see the
+    signal); any other exception prints a message naming the rank (with a traceback unless it is an
+    expected TrainingError) and aborts every rank, so a failure never leaves a job hanging.
     """
     environment.prepare_environment()
     guessed_rank = environment.env_rank()
@@ -45,7 +45,8 @@ def run_cli(prog: str, body: Callable[[TrainConfig, object], int], argv: list[st
         rank = world.Get_rank()
         if rank:
             time.sleep(2.0 + 0.5 * rank)
-        said = "interrupted" if signum == signal.SIGINT else f"stopped by {signal.Signals(signum).name} during start-up"
+        name = signal.Signals(signum).name
+        said = "interrupted" if signum == signal.SIGINT else f"stopped by {name} during start-up"
         print(f"{prog}: {said}", file=sys.stderr, flush=True)
         world.Abort(128 + signum)
 
