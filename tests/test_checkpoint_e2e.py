@@ -265,6 +265,7 @@ def test_ctrl_c_during_start_up_on_one_rank_ends_the_job_with_one_line(tmp_path)
     _, proc = start_script(tmp_path, "early", EARLY_INTERRUPT)
     assert_interrupted_once(proc, "early")
 
+
 # SSP's state is the book's clocks, which PSP and ESP resume too (CI time)
 @pytest.mark.parametrize("sync", ["esp", "psp"])
 def test_async_models_resume_with_state_intact(sync, tmp_path):
