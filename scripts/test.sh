@@ -110,7 +110,8 @@ if [ "$(mpi_of "$V2/bin/python")" = "$(mpi_of .venv/bin/python)" ]; then
   echo "error: $V2 loads the default MPI, not $SECOND" >&2
   exit 1
 fi
-export NUMBA_CACHE_DIR=$NUMBA_CACHE_DIR-$SECOND
+# the same numba cache: the kernels compiled above load here too; where the second venv has no SciPy,
+# the dense kernels built on loops are told apart by their own entries and warm markers, and compile once
 # The end-to-end stage again (the tests that launch MPI, marked e2e by tests/conftest.py): the MPI
 # behaviour every MPI must show (conftest.ALWAYS: training, BSP bitwise on 1 and 2 servers, a stop
 # checkpoint and its resume, a killed server rank, ESP's round trips, PSP's plan, idle ranks, a paced

@@ -520,6 +520,12 @@ def test_the_warm_marker_names_what_numba_keys_its_cache_by(monkeypatch):
     monkeypatch.setattr(numba, "__version__", "0.0.0")
     assert _warm_marker(get_model("logistic"), True, False) != before
     monkeypatch.undo()
+    # a venv without SciPy compiles the dense kernels on loops: it may share the cache, not the marker
+    import mpikanel.kernels._blocks as blocks
+
+    monkeypatch.setattr(blocks, "HAVE_BLAS", not blocks.HAVE_BLAS)
+    assert _warm_marker(get_model("logistic"), True, False) != before
+    monkeypatch.undo()
     user = register_model("warm_marker_user", _sqhinge_grad, _sqhinge_loss, lambda d, C: d + 1, replace=True)
     try:
         assert _warm_marker(user, True, False) is None    # its sources are the user's: always warmed one rank first

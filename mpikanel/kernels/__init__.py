@@ -153,8 +153,10 @@ def cache_is_cold() -> bool:
 def _warm_marker(model: Model, dense: bool, sparse: bool) -> Path | None:
     """The file that says warmup(model, dense, sparse) filled this numba cache: its name hashes what
     numba keys a cached kernel by (the kernels' source files' mtime and size, numba, Python, the
-    CPU), so any change that makes numba compile again names another file. None for user models
-    (their kernels' sources are the user's) and where numba does not cache."""
+    CPU) and which dense products they were compiled with (BLAS where SciPy is installed, loops
+    otherwise), so any change that makes numba compile again names another file: two environments
+    can share one cache. None for user models (their kernels' sources are the user's) and where
+    numba does not cache."""
     where = _cache_dir()
     if where is None or not model.compiled or model.name not in BUILTIN:
         return None
@@ -163,8 +165,10 @@ def _warm_marker(model: Model, dense: bool, sparse: bool) -> Path | None:
     import numba
     from llvmlite import binding as llvm
 
-    key = repr((model.name, model.description, dense, sparse and model.supports_csr, numba.__version__, sys.version,
-                llvm.get_host_cpu_name(), llvm.get_host_cpu_features().flatten(), _source_stamps()))
+    from ._blocks import HAVE_BLAS
+
+    key = repr((model.name, model.description, dense, sparse and model.supports_csr, HAVE_BLAS, numba.__version__,
+                sys.version, llvm.get_host_cpu_name(), llvm.get_host_cpu_features().flatten(), _source_stamps()))
     return where / f"mpikanel-warm-{hashlib.sha256(key.encode()).hexdigest()[:24]}"
 
 
