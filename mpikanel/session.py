@@ -152,6 +152,15 @@ def describe_checked(config: TrainConfig, n_workers: int, ranks_here: int) -> tu
     return info, model
 
 
+def preload(config: TrainConfig) -> None:
+    """What a rank other than 0 does while rank 0 reads the data's shape: import a py: model's file
+    (JAX takes each rank seconds), so that the ranks do it at once rather than after rank 0."""
+    from .models import is_spec, preload_factory
+
+    if is_spec(config.model):
+        preload_factory(config.model, config.threads)
+
+
 def val_rows(config: TrainConfig, n_rows: int) -> int:
     """Rows held out for validation: the last --val-fraction of the training rows."""
     return int(round(config.val_fraction * n_rows))
@@ -204,7 +213,7 @@ def open_session(config: TrainConfig, comm: Any, ranks_here: int) -> Session:
                          f"got {size}; " + (why or f"run as: mpiexec -n {k + 3} python -m mpikanel.train"
                                             + (f" --servers {k}" if k > 1 else "")))
     n_workers = size - k
-    described = agree(comm, lambda: describe_checked(config, n_workers, ranks_here) if rank == 0 else None)
+    described = agree(comm, lambda: describe_checked(config, n_workers, ranks_here) if rank == 0 else preload(config))
     info = comm.bcast(described and described[0], root=0)   # the Model itself is not pickled
     model = agree(comm, lambda: model_for(config, info))
     spec = data_spec(config)

@@ -1,6 +1,7 @@
 """Models from --model py:FILE:FACTORY end to end under mpiexec: every sync model, K servers,
 bitwise BSP for a seed, checkpoint resume, saved models that predict without MPI, one-line errors."""
 import importlib.util
+import json
 from pathlib import Path
 
 import numpy as np
@@ -87,6 +88,27 @@ def test_saved_numpy_model_predicts_without_mpi_as_the_run_reported(tmp_path, mo
     X, y = synthetic_test_rows(6000, 20, 2)
     assert model.score(X, y) == s["test_accuracy"]
     assert model.predict(X).shape == y.shape
+
+
+SLOW_IMPORT = '''import json, sys, time
+from pathlib import Path
+from mpi4py import MPI
+sys.path.insert(0, {models!r})
+from np_logistic import make
+_start = time.time()
+time.sleep({sleep})
+Path({out!r}, f"import-{{MPI.COMM_WORLD.Get_rank()}}.json").write_text(json.dumps([_start, time.time()]))
+'''
+
+
+def test_every_rank_imports_a_py_model_at_once_not_after_rank_0(tmp_path):
+    # a framework's import takes seconds: the other ranks import the file while rank 0 reads the data's shape
+    model = tmp_path / "slow_import.py"
+    model.write_text(SLOW_IMPORT.format(models=str(HERE / "models"), sleep=3, out=str(tmp_path)))
+    proc, _ = run_train(3, *LOG_RUN, "--model", f"py:{model}:make", "--max-steps", "2")
+    assert proc.returncode == 0, proc.stderr
+    spans = [json.loads((tmp_path / f"import-{r}.json").read_text()) for r in range(3)]
+    assert all(start < spans[0][1] for start, _ in spans[1:]), spans    # they overlap rank 0's import
 
 
 def test_cli_errors_for_py_models_are_one_line(tmp_path):

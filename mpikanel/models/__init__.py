@@ -8,9 +8,9 @@ from __future__ import annotations
 from typing import Any
 
 from .gradient import GradientModel
-from .spec import is_spec, load_factory, model_from_spec, parse_shape
+from .spec import is_spec, load_factory, model_from_spec, parse_shape, preload_factory
 
-__all__ = ["GradientModel", "JaxModel", "is_spec", "load_factory", "model_from_spec", "parse_shape"]
+__all__ = ["GradientModel", "JaxModel", "is_spec", "load_factory", "model_from_spec", "parse_shape", "preload_factory"]
 
 
 def __getattr__(name: str) -> Any:

@@ -86,6 +86,13 @@ def load_factory(spec: str) -> Callable[..., Any]:
     return fn
 
 
+def preload_factory(spec: str, threads: int = 1) -> None:
+    """Import FILE of a ``py:FILE:FACTORY`` spec ahead of building its model (a framework's import
+    takes seconds: ranks do it at once, not one after another); InputError as load_factory."""
+    limit_threads(threads)
+    load_factory(spec)
+
+
 def model_from_spec(spec: str, n_features: int, n_classes: int, input_shape: tuple[int, ...] | None = None,
                     threads: int = 1) -> GradientModel:
     """The GradientModel FACTORY(n_features, n_classes, input_shape) returns (built once per process and arguments)."""
