@@ -78,6 +78,10 @@ if [ "$SECOND" != none ]; then
   second_venv >"$second_log" 2>&1 &
   second_pid=$!
 fi
+# numba's kernels into its cache first, dense and CSR in two processes (63 s against 88 s in one; CI's
+# cache starts cold): otherwise the first job that needs one compiles it on one rank while the others wait
+echo "+ [$((SECONDS - t0))s] numba's kernels: python -m mpikanel.warm"
+timeout --kill-after=30 600 .venv/bin/python -m mpikanel.warm
 MPIKANEL_TEST_STAGE="stage 1b" timeout --kill-after=30 "${STEP_TIMEOUT:-2400}" \
   .venv/bin/python -m pytest -q -p no:cacheprovider --durations=10 tests/slurm >"$slurm_log" 2>&1 &
 slurm_pid=$!
@@ -112,6 +116,7 @@ if [ "$(mpi_of "$V2/bin/python")" = "$(mpi_of .venv/bin/python)" ]; then
 fi
 # the same numba cache: the kernels compiled above load here too; where the second venv has no SciPy,
 # the dense kernels built on loops are told apart by their own entries and warm markers, and compile once
+timeout --kill-after=30 600 "$V2/bin/python" -m mpikanel.warm    # its own dense products where it has no SciPy
 # The end-to-end stage again (the tests that launch MPI, marked e2e by tests/conftest.py): the MPI
 # behaviour every MPI must show (conftest.ALWAYS: training, BSP bitwise on 1 and 2 servers, a stop
 # checkpoint and its resume, a killed server rank, ESP's round trips, PSP's plan, idle ranks, a paced
