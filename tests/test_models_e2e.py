@@ -132,16 +132,16 @@ def test_jax_cnn_on_two_servers_resumes_bitwise_and_its_saved_model_predicts_as_
     # and the saved model; then a resume from the last checkpoint before the end ends with the same bits
     ck, path = tmp_path / "ck", tmp_path / "cnn.h5"
     data = ["--data", str(images[0]), "--servers", "2", "--batch-size", "16"]
-    proc, full = run_train(5, *CNN_RUN, *data, "--checkpoint-dir", str(ck), "--checkpoint-every", "100steps",
+    proc, full = run_train(4, *CNN_RUN, *data, "--checkpoint-dir", str(ck), "--checkpoint-every", "100steps",
                            "--keep-checkpoints", "10", "--save-model", str(path), tmp_path=tmp_path)
     assert proc.returncode == 0, proc.stderr
-    # BSP: the same bits for a seed, whatever the load; 0.38 here (batches of 16, about 280 steps; at 64: 0.17)
+    # BSP: the same bits for a seed, whatever the load; 0.39 here (2 workers, batches of 16, 283 steps)
     assert full["test_accuracy"] > 0.3 and full["delta_sum_rel_error"] < 1e-6      # 10 classes: chance is 0.1
     _, X, y = images
     assert load_model(path).score(X, y) == full["test_accuracy"]
     paths = checkpoints(ck)
     assert len(paths) >= 2
-    proc, resumed = run_train(5, *CNN_RUN, *data, "--resume", str(paths[-2]), tmp_path=tmp_path)
+    proc, resumed = run_train(4, *CNN_RUN, *data, "--resume", str(paths[-2]), tmp_path=tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert resumed["resumed_from"] == str(paths[-2])
     assert resumed["params_sha256"] == full["params_sha256"]
