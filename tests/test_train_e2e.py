@@ -53,12 +53,6 @@ def test_sync_models_converge_on_fashion_mnist(sync, tmp_path):
     assert_no_lost_work(s)
 
 
-def test_bsp_is_bitwise_reproducible(tmp_path):
-    runs = [run_train(4, "--sync", "bsp", *SMALL, tmp_path=tmp_path)[1] for _ in range(2)]
-    # a different worker count changes arrival order and sums; the same seed and ranks must not
-    assert runs[0]["params_sha256"] == runs[1]["params_sha256"]
-
-
 def test_uneven_shards_and_logistic(tmp_path):
     # 10007 rows over 3 workers: shards differ by one row, step counts may differ
     proc, s = run_train(4, "--model", "logistic", "--sync", "ssp", "--staleness", "0",
