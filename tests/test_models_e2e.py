@@ -111,6 +111,24 @@ def test_every_rank_imports_a_py_model_at_once_not_after_rank_0(tmp_path):
     assert all(start < spans[0][1] for start, _ in spans[1:]), spans    # they overlap rank 0's import
 
 
+TEARDOWN = '''import atexit, sys
+sys.path.insert(0, {models!r})
+from np_logistic import make
+atexit.register(lambda: print("python's teardown ran", file=sys.stderr, flush=True))
+'''
+
+
+def test_ranks_end_without_pythons_teardown_and_print_everything(tmp_path):
+    # the CLI's ranks end at os._exit once MPI is finalized: Python's teardown of numba's modules costs
+    # a rank half a second of CPU; an atexit handler of the model's file is the witness
+    model = tmp_path / "teardown.py"
+    model.write_text(TEARDOWN.format(models=str(HERE / "models")))
+    proc, summary = run_train(2, *LOG_RUN, "--model", f"py:{model}:make", "--max-steps", "2", tmp_path=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert summary is not None and summary["deltas_applied"] > 0
+    assert "python's teardown ran" not in proc.stderr
+
+
 def test_cli_errors_for_py_models_are_one_line(tmp_path):
     missing = ["--model", "py:nowhere.py:make"]
     cases = [

@@ -23,8 +23,6 @@ The loop, the comm/wait split and the summary are in :mod:`mpikanel.baselines.co
 """
 from __future__ import annotations
 
-import sys
-
 import mpikanel.comm  # noqa: F401  - MPICH heavy-yield and thread defaults before MPI starts
 
 from ..config import TrainConfig  # noqa: E402
@@ -53,4 +51,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from ..comm.cli import end_rank
+
+    end_rank(main())

@@ -58,4 +58,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from ..comm.cli import end_rank
+
+    end_rank(main())
