@@ -116,7 +116,7 @@ def test_spec_and_shape_parsing():
             parse_shape(bad)
 
 
-def _tiny_jax_model():
+def _tiny_jax_model(traces: list | None = None, **options):
     import jax.numpy as jnp
 
     from mpikanel.models import JaxModel
@@ -126,6 +126,8 @@ def _tiny_jax_model():
               "out": {"w": rng.normal(0, 0.5, (4, 3)).astype(np.float32), "b": np.zeros(3, np.float32)}}
 
     def apply(p, X):
+        if traces is not None:
+            traces.append(X.shape[0])       # Python runs here only while JAX traces, once per compile
         h = jnp.tanh(X @ p["a"]["w"] + p["a"]["b"])
         return h @ p["out"]["w"] + p["out"]["b"]
 
@@ -133,7 +135,31 @@ def _tiny_jax_model():
         z = z - z.max(axis=1, keepdims=True)
         return jnp.mean(jnp.log(jnp.exp(z).sum(axis=1)) - jnp.take_along_axis(z, y[:, None], axis=1)[:, 0])
 
-    return JaxModel(apply, params, loss), params
+    return JaxModel(apply, params, loss, **options), params
+
+
+@needs_jax
+def test_jax_short_batches_compile_once_and_give_what_unpadded_rows_give():
+    # a shard's last batch and an evaluation's last block are shorter: padded, they reuse one compile
+    traces, plain_traces = [], []
+    gm, _ = _tiny_jax_model(traces)
+    plain, _ = _tiny_jax_model(plain_traces, pad_rows=False)
+    rng = np.random.default_rng(5)
+    X = rng.normal(size=(16, 5)).astype(np.float32)
+    y = rng.integers(0, 3, 16).astype(np.int32)
+    w = gm.initial(5, 3, rng)
+    for rows in (16, 4, 12):
+        np.testing.assert_allclose(gm.step_gradient(w, X[:rows], y[:rows]), plain.step_gradient(w, X[:rows], y[:rows]),
+                                   rtol=1e-5, atol=1e-6)
+    assert traces == [16] and plain_traces == [16, 4, 12]
+    for rows in (16, 5):
+        value, classes = gm.evaluate(w, X[:rows], y[:rows])
+        plain_value, plain_classes = plain.evaluate(w, X[:rows], y[:rows])
+        assert value == pytest.approx(plain_value, rel=1e-5) and len(classes) == rows
+        np.testing.assert_array_equal(classes, plain_classes)
+        np.testing.assert_array_equal(gm.predict(w, X[:rows]), plain.predict(w, X[:rows]))
+        g, value = gm.grad(w, X[:rows], y[:rows])
+        assert value == pytest.approx(plain.loss(w, X[:rows], y[:rows]), rel=1e-5)
 
 
 @needs_jax
