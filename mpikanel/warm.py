@@ -1,9 +1,10 @@
 """python -m mpikanel.warm: compile the built-in models' kernels into numba's cache ahead of a job.
 
 A job's ranks then load them from the cache at once; without it, the first job compiles them on
-rank 0 while its other ranks wait (about 90 s of one core for every model, dense and CSR). The
-dense and the CSR kernels compile in separate processes (``--jobs 2``, the default where there
-are 2 cores): the CSR ones take the longest.
+rank 0 while its other ranks wait (about 90 s of one core for every model, dense and CSR). Three
+tasks compile apart, in up to ``--jobs`` processes (default 3, one a task, even on 2 cores: a
+compile has no other use for the core): the CSR kernels with lazy L2, the other CSR kernels, and
+the dense ones.
 """
 from __future__ import annotations
 
@@ -16,17 +17,18 @@ from multiprocessing import get_context
 
 from .kernels import BUILTIN, drop_stale_cache, get_model, kernels_cached, mark_cached, warmup
 
-KINDS = ("sparse", "dense")     # the CSR kernels first: the longest compile
+KINDS = ("sparse", "dense")
+#: the tasks of each kind, the longest compile first: the CSR steps with lazy L2, the other CSR kernels
+TASKS = {"sparse": ("lazy", "sparse"), "dense": ("dense",)}
 
 
-def warm(kind: str, names: list[str]) -> None:
-    """Compile (or load) the `kind` kernels of the named models and record them as cached."""
-    for name in names:
-        model = get_model(name)
-        flags = {"dense": kind == "dense", "sparse": kind == "sparse"}
-        if kind == "dense" or model.supports_csr:
-            warmup(model, **flags)
-            mark_cached(model, **flags)
+def warm(task: str, names: list[str]) -> None:
+    """Compile (or load) the named models' kernels of one task."""
+    for model in map(get_model, names):
+        if task == "dense":
+            warmup(model, sparse=False)
+        elif model.supports_csr:
+            warmup(model, dense=False, csr=("lazy",) if task == "lazy" else ("eager",))
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -35,9 +37,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("models", nargs="*", metavar="MODEL", help=f"built-in models (default: all: {' '.join(BUILTIN)})")
     parser.add_argument("--kind", choices=("both", "dense", "sparse"), default="both",
                         help="the dense kernels, the CSR ones, or both (default: both)")
-    parser.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1),
-                        help="processes compiling at once: 1, or 2 and more for the dense and the CSR kernels "
-                             "apart (default: 2 where there are 2 cores)")
+    parser.add_argument("--jobs", type=int, default=3,
+                        help="processes compiling at once, each one task: the CSR steps with lazy L2, the "
+                             "other CSR kernels, the dense ones (default: 3)")
     args = parser.parse_args(argv)
     unknown = [m for m in args.models if m not in BUILTIN]
     if unknown:
@@ -54,13 +56,18 @@ def main(argv: list[str] | None = None) -> int:
     kinds = list(KINDS) if args.kind == "both" else [args.kind]
     drop_stale_cache()      # once, here: not in two processes at once
     t0 = time.perf_counter()
-    if args.jobs == 1 or len(kinds) == 1:
-        for kind in kinds:
-            warm(kind, names)
+    tasks = [t for kind in kinds for t in TASKS[kind]]
+    if args.jobs == 1:
+        for task in tasks:
+            warm(task, names)
     else:
-        with ProcessPoolExecutor(max_workers=len(kinds), mp_context=get_context("spawn")) as pool:
-            for done in [pool.submit(warm, kind, names) for kind in kinds]:
+        with ProcessPoolExecutor(max_workers=min(args.jobs, len(tasks)), mp_context=get_context("spawn")) as pool:
+            for done in [pool.submit(warm, task, names) for task in tasks]:
                 done.result()
+    for model in map(get_model, names):     # once every task is done: a marker says all of a kind is cached
+        for kind in kinds:
+            if kind == "dense" or model.supports_csr:
+                mark_cached(model, dense=kind == "dense", sparse=kind == "sparse")
     what = f"{' '.join(names)} ({'dense and CSR' if args.kind == 'both' else args.kind})"
     last = kinds[-1]
     probe = next((m for m in map(get_model, names) if last == "dense" or m.supports_csr), None)

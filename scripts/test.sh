@@ -78,7 +78,7 @@ if [ "$SECOND" != none ]; then
   second_venv >"$second_log" 2>&1 &
   second_pid=$!
 fi
-# numba's kernels into its cache first, dense and CSR in two processes (63 s against 88 s in one; CI's
+# numba's kernels into its cache first, in three processes (46-56 s; 62 s in two, 88 s in one; CI's
 # cache starts cold): otherwise the first job that needs one compiles it on one rank while the others wait
 echo "+ [$((SECONDS - t0))s] numba's kernels: python -m mpikanel.warm"
 timeout --kill-after=30 600 .venv/bin/python -m mpikanel.warm

@@ -291,7 +291,7 @@ def test_esp_resumes_a_checkpoint_some_workers_had_left(tmp_path):
     # a stop signal near the end of a run checkpoints after some workers finished; the resumed
     # server used to abort at its end, cancelling the probe receives it never posted for them
     ck = tmp_path / "ck"
-    args = [*RUN, "--sync", "esp", "--budget", "per-worker", "--slowdown", "3:300"]   # worker 3 far behind
+    args = [*RUN, "--sync", "esp", "--budget", "per-worker", "--slowdown", "3:100"]   # worker 3 far behind
     proc, _ = run_train(4, *args, "--checkpoint-dir", str(ck), "--checkpoint-every", "0.1", "--keep-checkpoints",
                         "100", tmp_path=tmp_path)
     assert proc.returncode == 0, proc.stderr

@@ -66,8 +66,9 @@ def unregister_model(name: str) -> None:
     KERNELS.pop(name, None)
 
 
-def warmup(model: Model, dense: bool = True, sparse: bool = True) -> None:
-    """Compile (or load from the numba cache) the model's dense and CSR kernels for the canonical argument types."""
+def warmup(model: Model, dense: bool = True, sparse: bool = True, csr: tuple[str, ...] = ("eager", "lazy")) -> None:
+    """Compile (or load from the numba cache) the model's dense and CSR kernels for the canonical argument types;
+    `csr` names which CSR steps: the eager one (with the loss and the prediction) and/or the lazy-L2 one."""
     if not model.compiled:
         return
     drop_stale_cache()
@@ -86,13 +87,14 @@ def warmup(model: Model, dense: bool = True, sparse: bool = True) -> None:
         bound.correct(w)
     if sparse and model.supports_csr:
         bound = bind(model, CSR.from_dense(X), y, n_classes)
-        bound.step(w, idx, 0.0, 1e-4, bound.scratch())
-        lazy = lazy_decay(bound, 1e-4)
+        if "eager" in csr:
+            bound.step(w, idx, 0.0, 1e-4, bound.scratch())
+            bound.loss_sum(w)
+            bound.correct(w)
+        lazy = lazy_decay(bound, 1e-4) if "lazy" in csr else None
         if lazy is not None:
             lazy.step(w, idx, 0.0, 1e-4, bound.scratch())
             lazy.flush(w)
-        bound.loss_sum(w)
-        bound.correct(w)
 
 
 def _cache_dir() -> Path | None:
