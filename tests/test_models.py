@@ -139,7 +139,7 @@ def _tiny_jax_model(traces: list | None = None, **options):
 
 
 @needs_jax
-def test_jax_short_batches_compile_once_and_give_what_unpadded_rows_give():
+def test_jax_short_batches_reuse_the_longest_length_and_give_what_unpadded_rows_give():
     # a shard's last batch and an evaluation's last block are shorter: padded, they reuse one compile
     traces, plain_traces = [], []
     gm, _ = _tiny_jax_model(traces)
@@ -151,7 +151,7 @@ def test_jax_short_batches_compile_once_and_give_what_unpadded_rows_give():
     for rows in (16, 4, 12):
         np.testing.assert_allclose(gm.step_gradient(w, X[:rows], y[:rows]), plain.step_gradient(w, X[:rows], y[:rows]),
                                    rtol=1e-5, atol=1e-6)
-    assert traces == [16] and plain_traces == [16, 4, 12]
+    assert traces == [16, 16] and plain_traces == [16, 4, 12]    # full batches unmasked, short ones padded
     for rows in (16, 5):
         value, classes = gm.evaluate(w, X[:rows], y[:rows])
         plain_value, plain_classes = plain.evaluate(w, X[:rows], y[:rows])
