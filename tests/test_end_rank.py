@@ -27,7 +27,7 @@ def test_end_rank_keeps_the_code_and_the_buffered_output_and_skips_teardown(code
     assert proc.stderr == "warning line"       # the atexit handler did not run: no teardown
 
 
-def test_end_rank_finalizes_mpi_when_it_is_running(tmp_path):
+def test_end_rank_finalizes_mpi_when_it_is_running():
     """With MPI started (a singleton), end_rank finalizes it: MPI_Finalize's own atexit hook would
     otherwise be the last thing to run, and os._exit would skip it."""
     pytest.importorskip("mpi4py")
