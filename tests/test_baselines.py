@@ -174,6 +174,7 @@ def _check_paced(s, step_time, factors):
     assert s["wall_s"] >= PACED_STEPS * step_time * max(factors.values(), default=1.0)
 
 
+@pytest.mark.alone
 def test_paced_allreduce_lasts_its_steps_and_a_paced_straggler_slows_every_rank_3x(tmp_path):
     step = 0.03
     even, _ = _run("mpikanel.baselines.allreduce_sgd", 3, [*PACED, "--step-time", str(step)], tmp_path, "paced")

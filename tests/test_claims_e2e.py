@@ -30,7 +30,7 @@ from test_train_e2e import assert_no_lost_work
 STRAGGLER = ["--slowdown", "1:3", "--synthetic-rows", "20000", "--synthetic-features", "400", "--batch-size",
              "256", "--epochs", "5", "--seed", "0", "--lr", "0.2"]
 #: each test may start up to two runs of the module's (each has its own 300 s timeout)
-pytestmark = pytest.mark.timeout(900)
+pytestmark = [pytest.mark.timeout(900), pytest.mark.alone]      # wall times and waits compared
 SAMPLES = 5 * 18000
 RANKS = 5
 SSP_S = 2

@@ -6,6 +6,8 @@ from launch import run_train
 from need import needs_fashion
 from test_train_e2e import SMALL, assert_no_lost_work
 
+#: round trips, congestion and waits measured: each test runs with no other stage beside it
+pytestmark = pytest.mark.alone
 HEAVY = ["--batch-size", "512", "--synthetic-rows", "30000", "--synthetic-features", "800", "--epochs", "2"]
 
 

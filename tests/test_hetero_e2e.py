@@ -16,6 +16,7 @@ def run(sync, tmp_path):
     return s, by_rank[1], [by_rank[2], by_rank[3]]
 
 
+@pytest.mark.alone
 def test_straggler_makes_bsp_wait_and_not_asp(tmp_path):
     bsp, slow, fast = run("bsp", tmp_path)
     assert slow["slowdown"] == 8.0 and all(w["slowdown"] == 1.0 for w in fast)

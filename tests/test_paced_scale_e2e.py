@@ -1,6 +1,10 @@
 """Seventeen real ranks on two cores: paced workers (the CPU mostly sleeps, as beside an
 accelerator), so what the sync model decides shows, not which rank the machine ran first."""
+import pytest
+
 from launch import run_train
+
+pytestmark = pytest.mark.alone      # waits compared: no other stage beside it
 
 PACED = ["--synthetic-rows", "20000", "--epochs", "2", "--step-time", "0.02", "--slowdown", "lognormal:0.5",
          "--lr", "0.2"]

@@ -138,6 +138,7 @@ def test_the_simulator_takes_its_step_time_from_the_config():
 PACED = ["--synthetic-rows", "6000", "--epochs", "1", "--step-time", "0.02"]
 
 
+@pytest.mark.alone
 def test_a_paced_run_lasts_its_modeled_steps_and_says_so(tmp_path):
     from launch import run_train
 
