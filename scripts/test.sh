@@ -73,7 +73,8 @@ second_venv() {
   [ "$removed" = 0 ] || "$V2/bin/python" -m pip install -q --force-reinstall --no-deps "$SECOND"
   "$V2/bin/python" -m pip install -q --no-deps -e .
 }
-# the second MPI's stages, once its venv is set up (second_venv's status in $lockdir/venv-rc)
+# the second MPI's stages, once its venv is set up (second_venv's status in $lockdir/venv-rc); every
+# step says `|| return`: run as a part (below), set -e does not hold inside
 second_stages() {
   while [ ! -s "$lockdir/venv-rc" ]; do sleep 1; done
   if [ "$(cat "$lockdir/venv-rc")" != 0 ]; then
@@ -88,7 +89,7 @@ second_stages() {
   fi
   # the same numba cache: the kernels compiled above load here too; where the second venv has no SciPy,
   # the dense kernels built on loops are told apart by their own entries and warm markers, and compile once
-  timeout --kill-after=30 600 "$V2/bin/python" -m mpikanel.warm    # its own dense products where it has no SciPy
+  timeout --kill-after=30 600 "$V2/bin/python" -m mpikanel.warm || return    # its own dense products (no SciPy)
   # The end-to-end tests again (those that launch MPI, marked e2e by tests/conftest.py): the MPI
   # behaviour every MPI must show (conftest.ALWAYS: training, BSP bitwise on 1 and 2 servers, a stop
   # checkpoint and its resume, a killed server rank, ESP's round trips, PSP's plan, idle ranks, a paced
@@ -98,23 +99,42 @@ second_stages() {
   # Under Open MPI a stop is signalled with SIGUSR1 (docs/mpi.md), so the SIGTERM case skips with why.
   MPIKANEL_E2E_TIMES=$E2E_TIMES MPIKANEL_SECOND_MPI_BUDGET_S=${MPIKANEL_SECOND_MPI_BUDGET_S:-60} \
     STEP_TIMEOUT=${SECOND_STEP_TIMEOUT:-1200} stage_as "stage 4" \
-    "$V2/bin/python" -m pytest -q -p no:cacheprovider --durations=10 -m e2e tests
+    "$V2/bin/python" -m pytest -q -p no:cacheprovider --durations=10 -m e2e tests || return
   local n label=5
   for n in 2 4; do
     STEP_TIMEOUT=${SECOND_STEP_TIMEOUT:-1200} stage_as "stage $label" \
-      "$V2/bin/python" -m mpikanel.run -n "$n" -- "$V2/bin/python" -m pytest -q -p no:cacheprovider --with-mpi tests/mpi
+      "$V2/bin/python" -m mpikanel.run -n "$n" -- "$V2/bin/python" -m pytest -q -p no:cacheprovider --with-mpi tests/mpi \
+      || return
     label=6
   done
 }
-# the stream beside stage 1: tests/slurm, then the second MPI's stages. Each part's status goes to
-# $lockdir/NAME-rc from its subshell's EXIT trap (a function called with `|| ...` would run without set -e)
+# The end-to-end modules stage 1 leaves to the stream beside it, as stage 1c: their tests mostly wait
+# (on signals, kills and checkpoint writes), so beside stage 1 they cost it less than their own time.
+BESIDE_TESTS=(tests/test_checkpoint_e2e.py)
+# one part of the stream beside stage 1: its output to $lockdir/NAME.log, its status to $lockdir/NAME-rc
+part() {
+  local name=$1
+  shift
+  (trap 'rc=$?; echo "+ [$(now)s] ends, exit $rc"; echo "$rc" >"$lockdir/'"$name"'-rc"' EXIT
+   "$@") >"$lockdir/$name.log" 2>&1 || true
+}
+# the stream beside stage 1: tests/slurm, the second MPI's stages, stage 1c
 beside() {
-  (trap 'echo $? >"$lockdir/slurm-rc"' EXIT
-   MPIKANEL_TEST_LOCK= MPIKANEL_TEST_STAGE="stage 1b" timeout --kill-after=30 "${STEP_TIMEOUT:-2400}" \
-     .venv/bin/python -m pytest -q -p no:cacheprovider --durations=10 tests/slurm) >"$lockdir/slurm.log" 2>&1 || true
-  if [ "$SECOND" != none ]; then
-    (trap 'echo $? >"$lockdir/second-rc"; echo "+ [$(now)s] the stream beside stage 1 ends"' EXIT
-     second_stages) >"$lockdir/second.log" 2>&1
+  MPIKANEL_TEST_LOCK='' part slurm stage_as "stage 1b" .venv/bin/python -m pytest -q -p no:cacheprovider \
+    --durations=10 tests/slurm
+  [ "$SECOND" = none ] || part second second_stages
+  part 1c stage_as "stage 1c" .venv/bin/python -m pytest -q -p no:cacheprovider --durations=10 "${BESIDE_TESTS[@]}"
+}
+# wait for a part of the stream beside, print its log; fail if it failed
+show() {
+  local name=$1 what=$2
+  while [ ! -s "$lockdir/$name-rc" ]; do sleep 1; done
+  echo "+ [$(now)s] $what, run beside stage 1: its log"
+  cat "$lockdir/$name.log"
+  : >"$lockdir/$name.log"     # printed
+  if [ "$(cat "$lockdir/$name-rc")" != 0 ]; then
+    echo "error: $what exited $(cat "$lockdir/$name-rc")" >&2
+    exit 1
   fi
 }
 bg_pids=()
@@ -123,7 +143,7 @@ on_exit() {
   local rc=$? p f
   for p in "${bg_pids[@]}"; do kill -- -"$p" 2>/dev/null || true; done
   if [ "$rc" != 0 ]; then
-    for f in slurm second; do
+    for f in slurm second 1c; do
       [ ! -s "$lockdir/$f.log" ] || { echo "+ [$(now)s] $f.log of the stream beside, as it stood:"; cat "$lockdir/$f.log"; }
     done
   fi
@@ -143,29 +163,15 @@ beside &
 beside_pid=$!
 bg_pids+=("$beside_pid")
 set +m
-echo "+ [stage 1b, $(now)s] beside stage 1: tests/slurm, then the second MPI's stages 4-6 (their logs after stage 1's and 3's)"
+echo "+ [stage 1b, $(now)s] beside stage 1: tests/slurm, then the second MPI's stages 4-6, then stage 1c (${BESIDE_TESTS[*]}); their logs follow stage 1's and stage 3's"
 MPIKANEL_E2E_DURATIONS=$E2E_TIMES run .venv/bin/python -m pytest -q -p no:cacheprovider --durations=40 \
-  --ignore=tests/slurm tests
-while [ ! -s "$lockdir/slurm-rc" ]; do sleep 1; done
-echo "+ [stage 1b, $(now)s] its log:"
-cat "$lockdir/slurm.log"
-: >"$lockdir/slurm.log"      # printed
-if [ "$(cat "$lockdir/slurm-rc")" != 0 ]; then
-  echo "error: stage 1b (tests/slurm) exited $(cat "$lockdir/slurm-rc")" >&2
-  exit 1
-fi
+  --ignore=tests/slurm "${BESIDE_TESTS[@]/#/--ignore=}" tests
+show slurm "stage 1b (tests/slurm)"
 # pytest-mpi: launched through mpikanel.run (the venv's mpiexec + the settings its MPI needs: Open MPI
 # may oversubscribe and run as root); the stages above launch plain mpiexec with the same settings.
 for n in 2 4; do
   run .venv/bin/python -m mpikanel.run -n "$n" -- .venv/bin/python -m pytest -q -p no:cacheprovider --with-mpi tests/mpi
 done
-[ "$SECOND" = none ] && { echo "done in $(now)s"; exit 0; }
-wait "$beside_pid" || true
-echo "+ [stages 4-6, $(now)s] the second MPI's log (they ran beside stage 1):"
-cat "$lockdir/second.log"
-: >"$lockdir/second.log"
-if [ "$(cat "$lockdir/second-rc" 2>/dev/null)" != 0 ]; then
-  echo "error: the second MPI's stages ($SECOND) failed" >&2
-  exit 1
-fi
+[ "$SECOND" = none ] || show second "stages 4-6 (the second MPI, $SECOND)"
+show 1c "stage 1c (${BESIDE_TESTS[*]})"
 echo "done in $(now)s"
