@@ -28,13 +28,13 @@ from .lazy import catch_up
 SOFTMAX, HINGE, SQUARED, LOGISTIC = 0, 1, 2, 3
 
 
-@njit(cache=True, fastmath=True, nogil=True, inline="always")
+@njit(cache=True, fastmath=True, nogil=True, error_model="numpy")
 def _units(kind, C):
     """Number of output units of a linear model."""
     return 1 if kind == LOGISTIC else C
 
 
-@njit(cache=True, fastmath=True, nogil=True, inline="always")
+@njit(cache=True, fastmath=True, nogil=True, error_model="numpy")
 def _softplus(t):
     """Overflow-free log(1 + exp(t))."""
     if t > 0.0:
@@ -42,7 +42,7 @@ def _softplus(t):
     return math.log1p(math.exp(t))
 
 
-@njit(cache=True, fastmath=True, nogil=True, inline="always")
+@njit(cache=True, fastmath=True, nogil=True, error_model="numpy")
 def _check_label(kind, yi, C):
     """Raise ValueError for a label outside the model's range."""
     if kind == LOGISTIC:
@@ -52,7 +52,7 @@ def _check_label(kind, yi, C):
         raise ValueError("linear model: label out of range 0..n_classes-1")
 
 
-@njit(cache=True, fastmath=True, nogil=True, inline="always")
+@njit(cache=True, fastmath=True, nogil=True, error_model="numpy")
 def _residual(kind, z, U, yi):
     """Overwrite z[:U] (the logits) with dloss/dz and return the sample's loss."""
     if kind == LOGISTIC:
@@ -100,7 +100,7 @@ def _residual(kind, z, U, yi):
     return loss
 
 
-@njit(cache=True, fastmath=True, nogil=True, inline="always")
+@njit(cache=True, fastmath=True, nogil=True, error_model="numpy")
 def _dense_logits(w, X, i, U, d, z):
     """z[u] = W[:, u].x_i + b[u]."""
     ud = U * d
@@ -119,7 +119,7 @@ def _dense_logits(w, X, i, U, d, z):
             z[u] += xj * w[off + u]
 
 
-@njit(cache=True, fastmath=True, nogil=True, inline="always")
+@njit(cache=True, fastmath=True, nogil=True, error_model="numpy")
 def _csr_logits(w, indptr, indices, data, i, U, d, z):
     """z[u] = W[:, u].x_i + b[u] over the stored entries of row i."""
     ud = U * d
@@ -205,7 +205,7 @@ def dense_step_loop(w, X, y, idx, lr, l2, C, scratch, kind):
 dense_step = dense_step_blas if HAVE_BLAS else dense_step_loop
 
 
-@njit(cache=True, fastmath=True, nogil=True, inline="always")
+@njit(cache=True, fastmath=True, nogil=True, error_model="numpy")
 def _residual_block(kind, Z, b, y, idx, k0, C, gb):
     """Add the biases b to the products Z (rows x U) of minibatch rows idx[k0:], overwrite them with
     dloss/dz, and add those into gb."""
@@ -293,7 +293,7 @@ def dense_loss(w, X, y, C, kind):
     return total
 
 
-@njit(cache=True, fastmath=True, nogil=True, inline="always")
+@njit(cache=True, fastmath=True, nogil=True, error_model="numpy")
 def _argmax(z, U):
     """Class of the largest score (first on ties); 1 unit: z > 0."""
     if U == 1:
@@ -320,7 +320,7 @@ def dense_predict(w, X, C, kind):
     return out
 
 
-@njit(cache=True, fastmath=True, nogil=True, inline="always")
+@njit(cache=True, fastmath=True, nogil=True, error_model="numpy")
 def _prefetch_csr_row(indptr, indices, data, y, i):
     """Prefetch the stored entries and the label of CSR row i (random minibatch rows miss the cache)."""
     lo, hi = indptr[i], indptr[i + 1]
@@ -360,7 +360,7 @@ def _csr_step(w, indptr, indices, data, d, y, idx, lr, l2, C, scratch, kind, sta
 PREFETCH_WEIGHT_ROWS = 4
 
 
-@njit(cache=True, fastmath=True, nogil=True, inline="always")
+@njit(cache=True, fastmath=True, nogil=True, error_model="numpy")
 def _prefetch_row_weights(w, indptr, indices, i, U, stamps, lazy):
     """Prefetch the weights (and stamps) of CSR row i's features: random gathers that miss the cache."""
     for p in range(indptr[i], indptr[i + 1]):
@@ -493,7 +493,7 @@ def multi_n_params(n_features: int, n_classes: int) -> int:
     return n_classes * (n_features + 1)
 
 
-@njit(cache=True, nogil=True, inline="always")
+@njit(cache=True, nogil=True, error_model="numpy")
 def multi_scratch_min(d, U):
     """Smallest scratch a dense step accepts: gradient, bias gradient, logits, a one-row block."""
     return U * (d + 1) + 2 * U + (d + U)

@@ -36,7 +36,7 @@ RENORM_BELOW = 1e-150
 STAMP_MAX = 1e300
 
 
-@njit(cache=True, fastmath=True, nogil=True, inline="always")
+@njit(cache=True, fastmath=True, nogil=True, error_model="numpy")
 def catch_up(w, stamps, j, P, U):
     """Apply feature j's pending decay P / stamps[j] to its U weights; its stamp becomes P."""
     s = stamps[j]
