@@ -50,7 +50,8 @@ def serve(comm, s: Session, params: np.ndarray, initial: np.ndarray, ckpt,
                           damping=config.staleness_lr, service=s.service_delay())
         if ckpt is not None:
             core.restore(ckpt.server, ckpt.server_arrays)
-        stats = ParameterServer(comm, core, probes=s.schedule.uses_probes, servers=s.servers).run()
+        stats = ParameterServer(comm, core, probes=s.schedule.uses_probes, servers=s.servers,
+                                backoff=s.server_backoff()).run()
     return stats, recorder, coordinator.written if coordinator is not None else []
 
 
@@ -66,7 +67,7 @@ def follow(comm, s: Session, params: np.ndarray, initial: np.ndarray, unapplied:
                                           pause_s=ckpt_mod.hold_s(k, seq))
 
     follower = FollowerServer(comm, params, s.servers, s.n_workers, s.service_delay(), s.push_mode,
-                              write_part if config.checkpoint_dir else None, unapplied)
+                              write_part if config.checkpoint_dir else None, unapplied, s.server_backoff())
     follower.run()
 
 

@@ -18,6 +18,7 @@ from . import sync as sync_models
 from .comm.environment import srun_singleton
 from .config import TrainConfig
 from .data import DataInfo, Shard, data_spec, describe, load_rows, load_test, shard_range
+from .engine.arrivals import backoff_for
 from .engine.budget import Budget, total_samples
 from .engine.servermap import ServerMap
 from .engine.sparse import effective_mode
@@ -49,10 +50,15 @@ class Session:
     n_workers: int = 1
     policy: SyncPolicy | None = None   # the server's sync policy (built once, here)
     schedule: Schedule | None = None   # the workers' sync schedule
+    ranks_here: int = 1                # ranks of the job on this rank's node (the servers' waits)
 
     def budget(self) -> Budget:
         """A fresh work budget for this run, as the server enforces it."""
         return budget_for(self.config, self.n_workers, self.train_rows)
+
+    def server_backoff(self) -> float:
+        """The servers' waits' backoff: gentler where this node has a core for every rank."""
+        return backoff_for(self.ranks_here, os.cpu_count() or 1)
 
     def initial_params(self) -> np.ndarray:
         """The parameters every rank starts from (the same seed everywhere: the same start)."""
@@ -239,4 +245,4 @@ def open_session(config: TrainConfig, comm: Any, ranks_here: int) -> Session:
     policy, schedule = sync_for(config, n_workers)
     return Session(config, info, model, n_params, plan, *bound, train_rows=train_rows,
                    servers=ServerMap(n_params, k), push_mode=effective_mode(config.push, sparse),
-                   n_workers=n_workers, policy=policy, schedule=schedule)
+                   n_workers=n_workers, policy=policy, schedule=schedule, ranks_here=ranks_here)

@@ -14,6 +14,7 @@ from typing import Callable
 import numpy as np
 from mpi4py import MPI
 
+from ..engine.arrivals import BACKOFF
 from ..engine.follower_core import Action, FollowerCore
 from ..hetero import ServerDelay, sleep_for
 from .waits import wait_some
@@ -30,9 +31,10 @@ class FollowerServer:
     def __init__(self, comm: MPI.Comm, params: np.ndarray, smap: ServerMap, n_workers: int,
                  service: ServerDelay | None = None, push_mode: str = "dense",
                  write_part: Callable[[int, np.ndarray, np.ndarray | None], dict] | None = None,
-                 unapplied: np.ndarray | None = None) -> None:
+                 unapplied: np.ndarray | None = None, backoff: float = BACKOFF) -> None:
         """``write_part(seq, range, unapplied)`` writes this rank's part of checkpoint seq (its manifest
-        entry); ``unapplied``: what the run resumed from had scaled away (the whole vector)."""
+        entry); ``unapplied``: what the run resumed from had scaled away (the whole vector); ``backoff``:
+        the waits' (mpikanel.engine.arrivals.backoff_for)."""
         self.comm = comm
         self.write_part = write_part
         self.rank = comm.Get_rank()
@@ -42,7 +44,7 @@ class FollowerServer:
                                  None if unapplied is None else unapplied[self.keys].copy())
         self.service = service
         n = self.keys.stop - self.keys.start
-        self._traffic = Traffic(comm, n_workers, self.first, n, push_mode)
+        self._traffic = Traffic(comm, n_workers, self.first, n, push_mode, backoff)
         self._delta: list = [None] * n_workers     # (keys, values) of each worker's waiting push
         self._control = np.zeros(control_ints(n_workers), dtype=np.int64)
         self._control_recv = comm.Recv_init([self._control, MPI.INT64_T], source=PRIMARY, tag=Tag.CONTROL)
@@ -60,7 +62,7 @@ class FollowerServer:
             pool.ensure()       # a frame stays posted while one is free: any worker may push
             n = len(pool.requests)
             statuses: list[MPI.Status] = []
-            done = wait_some(pool.requests + [self._control_recv], statuses)
+            done = wait_some(pool.requests + [self._control_recv], statuses, self._traffic.forecast.pause)
             t0 = time.perf_counter()
             pushed = [(i, st) for i, st in zip(done, statuses) if i < n]
             for w in pool.landed([i for i, _ in pushed], [st for _, st in pushed]):

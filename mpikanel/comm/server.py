@@ -35,6 +35,7 @@ from typing import Callable
 import numpy as np
 from mpi4py import MPI
 
+from ..engine.arrivals import BACKOFF, ArrivalForecast
 from ..engine.outcome import Outcome, Send
 from ..engine.server_core import Push, ServerCore, ServerStats
 from ..hetero import sleep_for
@@ -177,7 +178,8 @@ def server_report(rank: int, keys: slice, pushes: int, traffic: "Traffic", busy_
 class Traffic:
     """One server rank's side of the push/pull traffic: frames in, replies out (dense or SPARSE)."""
 
-    def __init__(self, comm: MPI.Comm, n_workers: int, first: int, n: int, mode: str) -> None:
+    def __init__(self, comm: MPI.Comm, n_workers: int, first: int, n: int, mode: str,
+                 backoff: float = BACKOFF) -> None:
         self.comm, self.first, self.n = comm, first, n
         self.pool = PushPool(comm, first, capacity(mode, n), n_workers)
         self.outbox = [Frame.allocate(0) for _ in range(n_workers)]     # header + meta only
@@ -187,10 +189,12 @@ class Traffic:
         self.data_sends: list[MPI.Request] = [MPI.REQUEST_NULL] * n_workers
         self._kept: list = [None] * n_workers    # a sparse reply's keys and values, until it is sent
         self.received = self.sent = 0
+        self.forecast = ArrivalForecast(n_workers, backoff)     # when each worker's next push is due (the waits)
 
     def arrived(self, w: int) -> tuple[Frame, np.ndarray | None, np.ndarray]:
         """Worker w's push frame, its keys (None: dense) and values; counts its bytes."""
         frame = self.pool.frame(w)
+        self.forecast.arrived(w, time.perf_counter())
         self.received += frame.nbytes(self.n)
         keys, values = frame.entries(self.n)
         return frame, keys, values
@@ -209,6 +213,7 @@ class Traffic:
         whole, from the snapshot every reply at that version shares, or only at ``keys`` (SPARSE)."""
         out = self.outbox[w]
         dest = w + self.first
+        self.forecast.replied(w, time.perf_counter())
         if keys is None and self.split:
             snapshot = self.snapshots.get(version, params)
             self.sent += out.buf.nbytes + snapshot.nbytes
@@ -245,8 +250,9 @@ class ParameterServer:
     frames to free, ops for the other servers, entries to collect); it never reads the core's members."""
 
     def __init__(self, comm: MPI.Comm, core: ServerCore, probes: bool = False,
-                 servers: ServerMap | None = None) -> None:
-        """Frames are sized by the core's shape (its push mode: mpikanel.engine.sparse)."""
+                 servers: ServerMap | None = None, backoff: float = BACKOFF) -> None:
+        """Frames are sized by the core's shape (its push mode: mpikanel.engine.sparse); ``backoff``:
+        the waits' pause as a fraction of the time waited (mpikanel.engine.arrivals.backoff_for)."""
         self.comm = comm
         self.core = core
         n_params, nw, push_mode = core.shape()
@@ -255,7 +261,7 @@ class ParameterServer:
         self.first = first = smap.first_worker()
         keys = smap.range(0)
         n = keys.stop - keys.start
-        self._traffic = Traffic(comm, nw, first, n, push_mode)
+        self._traffic = Traffic(comm, nw, first, n, push_mode, backoff)
         self._probe_in = [Frame.allocate(0) for _ in range(nw)] if probes else []
         self._probe_out = [Frame.allocate(0) for _ in range(nw)] if probes else []
         self._probe_recv = [comm.Recv_init([f.buf, MPI.BYTE], source=w + first, tag=Tag.PROBE)
@@ -433,7 +439,7 @@ class ParameterServer:
 
     def _wait_some(self, requests: list[MPI.Request], statuses: list[MPI.Status]) -> list[int]:
         """Block inside MPI until some requests complete; their indices (statuses filled alike)."""
-        return wait_some(requests, statuses)
+        return wait_some(requests, statuses, self._traffic.forecast.pause)
 
     def _answer_probe(self, w: int, queued: int) -> None:
         """Answer worker w's probe at once with what a push would meet now, and listen again."""

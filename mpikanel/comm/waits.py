@@ -9,16 +9,11 @@ microseconds of its message, a long one costs about 1% of a core (docs/mpi.md).
 from __future__ import annotations
 
 import time
+from typing import Callable
 
 from mpi4py import MPI
 
-PAUSE_MIN_S = 5e-5
-PAUSE_MAX_S = 5e-3
-
-
-def pause_after(waited_s: float) -> float:
-    """Seconds to sleep before the next test, after waiting `waited_s` so far."""
-    return min(PAUSE_MAX_S, max(PAUSE_MIN_S, 0.1 * waited_s))
+from ..engine.arrivals import pause_after
 
 
 def wait_all(requests: list[MPI.Request]) -> None:
@@ -35,8 +30,11 @@ def _test_all(requests: list[MPI.Request]) -> bool:
     return any(MPI.Request.Testall(requests) for _ in range(max(1, len(requests))))
 
 
-def wait_some(requests: list[MPI.Request], statuses: list[MPI.Status] | None = None) -> list[int] | None:
-    """MPI.Request.Waitsome, sleeping between tests: the completed indices (None if none is active)."""
+def wait_some(requests: list[MPI.Request], statuses: list[MPI.Status] | None = None,
+              pause: Callable[[float, float], float] | None = None) -> list[int] | None:
+    """MPI.Request.Waitsome, sleeping between tests: the completed indices (None if none is active).
+
+    ``pause(now, waited_s)`` gives each sleep (default: the backoff, :func:`pause_after`)."""
     t0 = None
     while True:
         done = MPI.Request.Testsome(requests, statuses)
@@ -44,7 +42,7 @@ def wait_some(requests: list[MPI.Request], statuses: list[MPI.Status] | None = N
             return done
         now = time.perf_counter()
         t0 = now if t0 is None else t0
-        time.sleep(pause_after(now - t0))
+        time.sleep(pause_after(now - t0) if pause is None else pause(now, now - t0))
 
 
 def barrier(comm: MPI.Comm) -> None:
