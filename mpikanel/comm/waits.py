@@ -4,7 +4,8 @@ MPI's own blocking waits poll: an idle Intel MPI rank costs 0.2-0.3 of a core ev
 I_MPI_WAIT_MODE=1 and I_MPI_THREAD_YIELD=3, which on an oversubscribed node (16-64 paced ranks
 on 2 cores) takes the CPU from the ranks that compute. These loops test, and between tests sleep
 about a tenth of the time waited so far (50 us to 5 ms): a short wait ends within tens of
-microseconds of its message, a long one costs about 1% of a core (docs/mpi.md).
+microseconds of its message, a long one costs about 1% of a core (docs/mpi.md). The servers'
+waits also poll when a push is due (mpikanel.engine.arrivals).
 """
 from __future__ import annotations
 
