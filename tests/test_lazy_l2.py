@@ -289,11 +289,11 @@ def test_mpi_bsp_with_lazy_l2_is_bitwise_across_runs_servers_frames_checkpoints_
 
     ck = tmp_path / "ck"
     runs = {}
-    for tag, n, extra in (("sparse", 5, ["--push", "sparse"]),
-                          ("checkpointed", 5, ["--push", "sparse", "--checkpoint-dir", str(ck), "--checkpoint-every",
-                                               "20steps", "--keep-checkpoints", "10"]),
-                          ("servers2", 6, ["--push", "sparse", "--servers", "2"]), ("dense", 5, ["--push", "dense"]),
-                          ("resumed", 5, ["--push", "sparse", "--resume", "FIRST"])):
+    for tag, n, extra in (("sparse", 3, ["--push", "sparse"]),
+                          ("checkpointed", 3, ["--push", "sparse", "--checkpoint-dir", str(ck), "--checkpoint-every",
+                                               "40steps", "--keep-checkpoints", "10"]),
+                          ("servers2", 4, ["--push", "sparse", "--servers", "2"]), ("dense", 3, ["--push", "dense"]),
+                          ("resumed", 3, ["--push", "sparse", "--resume", "FIRST"])):
         if tag == "resumed":
             paths = checkpoints(ck)
             assert len(paths) >= 2
