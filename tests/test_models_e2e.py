@@ -140,7 +140,7 @@ def test_cli_errors_for_py_models_are_one_line(tmp_path):
         (["--model", "softmax", "--input-shape", "10,10"], ["--input-shape is for py:"]),
     ]
     for args, needles in cases:
-        proc, _ = run_train(3, *args, timeout=120)
+        proc, _ = run_train(2, *args, timeout=120)
         assert_clean_error(proc, *needles)
 
 
