@@ -12,6 +12,7 @@ from typing import Any
 
 from .errors import InputError
 from .lr_schedule import SCHEDULES as LR_SCHEDULES, check_schedule
+from .engine.flow import FLOW_CONTROL
 from .engine.sparse import PUSH_MODES
 from .sync.damping import DAMPINGS
 from .sync.options import ON_OFF, one_of
@@ -36,6 +37,7 @@ class TrainConfig:
     sync: str = "bsp"
     servers: int = 1
     push: str = "auto"
+    flow_control: str = "auto"
     permute_features: str = "off"
     staleness_lr: str = "off"
     model: str = "softmax"
@@ -141,7 +143,8 @@ def resumed_config(config: TrainConfig, checkpointed: dict[str, Any]) -> TrainCo
 BUDGETS = ("shared", "per-worker")
 
 #: the settings with a fixed set of values (a sync model's own are in its declarations)
-CHOICES: dict[str, tuple[str, ...]] = {"push": PUSH_MODES, "staleness_lr": DAMPINGS, "permute_features": ON_OFF,
+CHOICES: dict[str, tuple[str, ...]] = {"push": PUSH_MODES, "flow_control": FLOW_CONTROL, "staleness_lr": DAMPINGS,
+                                       "permute_features": ON_OFF,
                                        "budget": BUDGETS, "activation": ("relu", "tanh"),
                                        "progress": ("auto", "on", "off")}
 
@@ -214,6 +217,10 @@ _HELP = {
                "of them), ranks K.. train",
     "push": "push/pull frames: auto (on sparse data, only the changed keys where that is smaller; on dense "
             "data, the whole vector), dense (always the whole vector), sparse (always keys and values)",
+    "flow_control": "large pushes ask first: a worker sends its push once the server has a frame posted for it, "
+                    "so a server holds a few pushes however many workers push at once (an MPI may otherwise "
+                    "copy every push that arrives early); auto: on for dense frames of at least 1 MiB a server "
+                    "with more than 4 workers; on; off",
     "permute_features": "on: renumber sparse (CSR) feature ids by a seeded permutation, so features "
                         "popular at low ids spread over the servers' key ranges (linear models; a saved "
                         "model is in the data's own feature order)",
@@ -305,7 +312,7 @@ GROUPS: dict[str, tuple[str, ...]] = {
              "permute_features"),
     "model": ("model", "input_shape", "hidden", "activation", "lr", "lr_schedule", "warmup", "batch_size", "l2", "seed",
               "threads"),
-    "sync": ("sync", "servers", "push", "staleness_lr", *SYNC_OPTIONS),
+    "sync": ("sync", "servers", "push", "flow_control", "staleness_lr", *SYNC_OPTIONS),
     "budget": ("epochs", "budget", "time_budget", "max_steps"),
     "heterogeneity": ("step_time", "slowdown", "pause_prob", "pause_s", "link_delay", "link_bandwidth", "server_delay"),
     "checkpoints": ("checkpoint_dir", "checkpoint_every", "keep_checkpoints", "resume"),

@@ -51,7 +51,7 @@ def serve(comm, s: Session, params: np.ndarray, initial: np.ndarray, ckpt,
         if ckpt is not None:
             core.restore(ckpt.server, ckpt.server_arrays)
         stats = ParameterServer(comm, core, probes=s.schedule.uses_probes, servers=s.servers,
-                                backoff=s.server_backoff()).run()
+                                backoff=s.server_backoff(), flow=s.flow()).run()
     return stats, recorder, coordinator.written if coordinator is not None else []
 
 
@@ -67,7 +67,7 @@ def follow(comm, s: Session, params: np.ndarray, initial: np.ndarray, unapplied:
                                           pause_s=ckpt_mod.hold_s(k, seq))
 
     follower = FollowerServer(comm, params, s.servers, s.n_workers, s.service_delay(), s.push_mode,
-                              write_part if config.checkpoint_dir else None, unapplied, s.server_backoff())
+                              write_part if config.checkpoint_dir else None, unapplied, s.server_backoff(), s.flow())
     follower.run()
 
 
@@ -83,7 +83,7 @@ def work(comm, s: Session, params: np.ndarray, w: int, state: dict | None, stop:
                                           pause_s=ckpt_mod.hold_s(comm.Get_rank(), seq))
 
     client = WorkerClient(comm, s.n_params, servers=s.servers, push_mode=s.push_mode, stop_requested=stop.requested,
-                          write_part=write_part if config.checkpoint_dir else None)
+                          write_part=write_part if config.checkpoint_dir else None, flow=s.flow())
     plan = s.plan
     if state is not None and "reshaped_seq" in state:
         # a start on another worker count: a new pass over the new shard, in a new order, on the

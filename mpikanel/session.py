@@ -19,6 +19,7 @@ from .comm.environment import srun_singleton
 from .config import TrainConfig
 from .data import DataInfo, Shard, data_spec, describe, load_rows, load_test, shard_range
 from .engine.arrivals import backoff_for
+from .engine.flow import flow_controlled
 from .engine.budget import Budget, total_samples
 from .engine.servermap import ServerMap
 from .engine.sparse import effective_mode
@@ -59,6 +60,11 @@ class Session:
     def server_backoff(self) -> float:
         """The servers' waits' backoff: gentler where this node has a core for every rank."""
         return backoff_for(self.ranks_here, os.cpu_count() or 1)
+
+    def flow(self) -> bool:
+        """Whether pushes ask the servers first (--flow-control; mpikanel.engine.flow)."""
+        widest = max(r.stop - r.start for r in map(self.servers.range, range(self.servers.servers)))
+        return flow_controlled(self.config.flow_control, self.push_mode, 8 * widest, self.n_workers)
 
     def initial_params(self) -> np.ndarray:
         """The parameters every rank starts from (the same seed everywhere: the same start)."""

@@ -32,10 +32,12 @@ def test_bsp_gives_bitwise_the_same_model_on_one_and_two_servers(tmp_path):
     runs, curves = {}, {}
     for k in (1, 2):            # three servers: the sparse-frames test below
         metrics = tmp_path / f"metrics-{k}.h5"
+        flow = "on" if k == 2 else "off"       # pushes that ask first move the same deltas
         proc, s = run_train(3 + k, "--servers", str(k), "--sync", "bsp", *RUN, "--metrics", str(metrics),
-                            "--snapshot-interval", "0.1", tmp_path=tmp_path)
+                            "--snapshot-interval", "0.1", "--flow-control", flow, tmp_path=tmp_path)
         assert proc.returncode == 0, proc.stderr
         assert s["workers"] == 3 and s["ranks"] == 3 + k
+        assert all(r["flow_control"] == (flow == "on") for r in s["server_ranks"])
         check_servers(s, k)
         assert_no_lost_work(s)
         runs[k], curves[k] = s, read_metrics(metrics)["curve"]
@@ -87,9 +89,9 @@ def test_sparse_frames_give_bitwise_the_dense_model_on_one_two_and_three_servers
         assert runs[push]["params_sha256"] == runs["dense"]["params_sha256"]
 
 
-@pytest.mark.parametrize("k,sync,data", [(2, ["asp"], SPARSE), (3, ["ssp", "--staleness", "2"], []),
+@pytest.mark.parametrize("k,sync,data", [(2, ["asp"], SPARSE), (3, ["ssp", "--staleness", "2", "--flow-control", "on"], []),
                                          (2, ["esp", "--push", "sparse", "--permute-features", "on"], SPARSE),
-                                         (2, ["psp"], [])])
+                                         (2, ["psp", "--flow-control", "on"], [])])
 def test_every_sync_model_keeps_every_delta_on_several_servers(k, sync, data, tmp_path):
     proc, s = run_train(3 + k, "--servers", str(k), "--sync", *sync, *RUN, *data, "--slowdown", "1:3",
                         tmp_path=tmp_path)

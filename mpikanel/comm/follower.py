@@ -1,6 +1,6 @@
 """Server ranks 1..K-1: apply and answer exactly as server 0 decides, on their own key range.
 
-Each receives the workers' slices into a pool of frames (:class:`mpikanel.comm.server.PushPool`;
+Each receives the workers' slices into a pool of frames (:class:`mpikanel.comm.pushpool.PushPool`, or its flow-controlled kin;
 a frame is held from a push's arrival until server 0's REPLY op for it) and keeps one persistent
 receive for server 0's CONTROL messages; :class:`mpikanel.engine.follower_core.FollowerCore`
 orders the ops against the pushes (and keeps this range of the loss-curve snapshots, which go to
@@ -31,10 +31,10 @@ class FollowerServer:
     def __init__(self, comm: MPI.Comm, params: np.ndarray, smap: ServerMap, n_workers: int,
                  service: ServerDelay | None = None, push_mode: str = "dense",
                  write_part: Callable[[int, np.ndarray, np.ndarray | None], dict] | None = None,
-                 unapplied: np.ndarray | None = None, backoff: float = BACKOFF) -> None:
+                 unapplied: np.ndarray | None = None, backoff: float = BACKOFF, flow: bool = False) -> None:
         """``write_part(seq, range, unapplied)`` writes this rank's part of checkpoint seq (its manifest
         entry); ``unapplied``: what the run resumed from had scaled away (the whole vector); ``backoff``:
-        the waits' (mpikanel.engine.arrivals.backoff_for)."""
+        the waits' (mpikanel.engine.arrivals.backoff_for); ``flow``: pushes ask first (mpikanel.engine.flow)."""
         self.comm = comm
         self.write_part = write_part
         self.rank = comm.Get_rank()
@@ -44,7 +44,7 @@ class FollowerServer:
                                  None if unapplied is None else unapplied[self.keys].copy())
         self.service = service
         n = self.keys.stop - self.keys.start
-        self._traffic = Traffic(comm, n_workers, self.first, n, push_mode, backoff)
+        self._traffic = Traffic(comm, n_workers, self.first, n, push_mode, backoff, flow)
         self._delta: list = [None] * n_workers     # (keys, values) of each worker's waiting push
         self._control = np.zeros(control_ints(n_workers), dtype=np.int64)
         self._control_recv = comm.Recv_init([self._control, MPI.INT64_T], source=PRIMARY, tag=Tag.CONTROL)

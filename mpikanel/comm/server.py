@@ -5,9 +5,11 @@ for frames (``Waitsome`` over a pool of persistent ``ANY_SOURCE`` receives, whic
 MPI so an idle server yields the CPU), decodes them, and performs the
 :class:`~mpikanel.engine.outcome.Outcome` each core call answers with (``Isend`` its replies,
 free its frames, forward its ops, collect its checkpoint entries). The pool
-(:class:`PushPool`) holds as many frames as pushes are held or landing, not one per worker: a
+(:class:`mpikanel.comm.pushpool.PushPool`) holds as many frames as pushes are held or landing, not one per worker: a
 buffer goes back to the pool once its delta is applied (at once under ASP, SSP and ESP; at the
-round's release under BSP and PSP), and a push that finds no posted buffer waits in MPI.
+round's release under BSP and PSP), and a push that finds no posted buffer waits in MPI. Under
+flow control (``flow``: large pushes, mpikanel.engine.flow) it waits at its worker instead: the
+worker asks, and sends once a frame is posted for it (:class:`mpikanel.comm.pushpool.GrantedPool`).
 
 A dense reply is two messages, the worker's small header block (REPLY) and its range read in place from a read-only snapshot of the parameters that every reply
 at the same version shares (REPLY_DATA; :class:`ReplySnapshots`), so the server holds a few
@@ -42,6 +44,7 @@ from ..hetero import sleep_for
 from ..engine.servermap import ServerMap
 from ..engine.sparse import capacity
 from ..summary import peak_rss_mb
+from .pushpool import push_pool
 from .waits import wait_some
 from ..engine.messages import OP_INTS, Flag, Frame, H, M, Op, Tag, control_ints, write_answer
 
@@ -88,74 +91,6 @@ class ReplySnapshots:
         self.retired = busy
 
 
-#: push buffers a server posts at start; the pool grows past this only while pushes are held
-POOL_START = 4
-
-
-class PushPool:
-    """Receive buffers for pushes, shared by every worker: persistent ``ANY_SOURCE`` receives on
-    as many frames as pushes are held or landing at once, not one frame per worker.
-
-    A worker has at most one push in flight to a server, so a pool of ``n_workers`` frames is
-    never full while a push can still arrive: the pool grows (one frame at a time, up to that)
-    only when every frame holds a push and the server still listens, as under BSP, whose deltas
-    wait for the round. Buffers are handed back with :meth:`release` once their delta is applied.
-    """
-
-    def __init__(self, comm: MPI.Comm, first: int, slots: int, n_workers: int, start: int = POOL_START) -> None:
-        self.comm, self.first, self.slots, self.n_workers = comm, first, slots, n_workers
-        self.frames: list[Frame] = []
-        self.requests: list[MPI.Request] = []
-        self.at = np.full(n_workers, -1, dtype=np.int64)    # worker -> the frame holding its push
-        self.posted = 0
-        for _ in range(max(1, min(start, n_workers))):
-            self._grow()
-
-    def _grow(self) -> None:
-        frame = Frame.allocate(self.slots)
-        req = self.comm.Recv_init([frame.buf, MPI.BYTE], source=MPI.ANY_SOURCE, tag=Tag.PUSH)
-        req.Start()
-        self.frames.append(frame)
-        self.requests.append(req)
-        self.posted += 1
-
-    def ensure(self) -> None:
-        """Post one more buffer if none is posted (call it while a push may still arrive)."""
-        if self.posted == 0 and len(self.frames) < self.n_workers:
-            self._grow()
-
-    def landed(self, indices: list[int], statuses: list[MPI.Status]) -> list[int]:
-        """The workers whose pushes completed these receives (rank order); their frames are held."""
-        workers = []
-        for i, status in zip(indices, statuses):
-            w = status.Get_source() - self.first
-            self.at[w] = i
-            workers.append(w)
-        self.posted -= len(indices)
-        return sorted(workers)
-
-    def frame(self, w: int) -> Frame:
-        """The frame holding worker w's push."""
-        return self.frames[int(self.at[w])]
-
-    def release(self, w: int) -> None:
-        """Worker w's push is used up: post its frame for the next push from anyone."""
-        i = int(self.at[w])
-        if i < 0:
-            return
-        self.at[w] = -1
-        self.requests[i].Start()
-        self.posted += 1
-
-    def close(self) -> None:
-        """Cancel the posted receives (no worker pushes any more) and free every request."""
-        for req in self.requests:
-            if not req.Test():          # completes nothing: no worker pushes any more
-                req.Cancel()
-                req.Wait()
-            req.Free()
-
-
 #: bound on one small pickled message (a checkpoint part's manifest entry, a server's report)
 SMALL_MESSAGE = 1 << 16      # a manifest entry is ~300 bytes, a server report ~1 kB
 
@@ -172,6 +107,7 @@ def server_report(rank: int, keys: slice, pushes: int, traffic: "Traffic", busy_
     return {"rank": rank, "keys": [keys.start, keys.stop], "pushes": pushes, "bytes_received": traffic.received,
             "bytes_sent": traffic.sent, "busy_s": busy_s, "busy_us_per_push": 1e6 * busy_s / max(1, pushes),
             "wall_s": wall_s, "peak_rss_mb": peak_rss_mb(), "push_buffers": len(traffic.pool.frames),
+            "flow_control": traffic.flow,
             "reply_snapshots_peak": traffic.snapshots.peak}
 
 
@@ -179,9 +115,10 @@ class Traffic:
     """One server rank's side of the push/pull traffic: frames in, replies out (dense or SPARSE)."""
 
     def __init__(self, comm: MPI.Comm, n_workers: int, first: int, n: int, mode: str,
-                 backoff: float = BACKOFF) -> None:
+                 backoff: float = BACKOFF, flow: bool = False) -> None:
         self.comm, self.first, self.n = comm, first, n
-        self.pool = PushPool(comm, first, capacity(mode, n), n_workers)
+        self.flow = flow
+        self.pool = push_pool(comm, first, capacity(mode, n), n_workers, flow)
         self.outbox = [Frame.allocate(0) for _ in range(n_workers)]     # header + meta only
         self.snapshots = ReplySnapshots(n)
         self.split = mode == "dense"    # dense replies as header + contiguous range (worker.SlicedFrame)
@@ -250,9 +187,10 @@ class ParameterServer:
     frames to free, ops for the other servers, entries to collect); it never reads the core's members."""
 
     def __init__(self, comm: MPI.Comm, core: ServerCore, probes: bool = False,
-                 servers: ServerMap | None = None, backoff: float = BACKOFF) -> None:
+                 servers: ServerMap | None = None, backoff: float = BACKOFF, flow: bool = False) -> None:
         """Frames are sized by the core's shape (its push mode: mpikanel.engine.sparse); ``backoff``:
-        the waits' pause as a fraction of the time waited (mpikanel.engine.arrivals.backoff_for)."""
+        the waits' pause as a fraction of the time waited (mpikanel.engine.arrivals.backoff_for);
+        ``flow``: pushes ask first (mpikanel.engine.flow; the workers must agree)."""
         self.comm = comm
         self.core = core
         n_params, nw, push_mode = core.shape()
@@ -261,7 +199,7 @@ class ParameterServer:
         self.first = first = smap.first_worker()
         keys = smap.range(0)
         n = keys.stop - keys.start
-        self._traffic = Traffic(comm, nw, first, n, push_mode, backoff)
+        self._traffic = Traffic(comm, nw, first, n, push_mode, backoff, flow)
         self._probe_in = [Frame.allocate(0) for _ in range(nw)] if probes else []
         self._probe_out = [Frame.allocate(0) for _ in range(nw)] if probes else []
         self._probe_recv = [comm.Recv_init([f.buf, MPI.BYTE], source=w + first, tag=Tag.PROBE)
@@ -295,7 +233,7 @@ class ParameterServer:
                                    f"(policy {core.describe()} stalled)")
             pushes, probes = arrived
             for w in probes:
-                self._answer_probe(w, len(pushes))
+                self._answer_probe(w, len(pushes) + pool.queued)
             self._listening -= len(pushes)
             for w in pushes:
                 t_push = time.perf_counter()

@@ -12,7 +12,8 @@ from ..engine.worker_core import ProbeAnswer, Reply
 from ..engine.servermap import ServerMap
 from ..engine.sparse import capacity, pack, payload_nbytes, use_sparse
 from ..engine.messages import PAYLOAD_OFFSET, Flag, Frame, H, M, Tag, read_answer
-from .waits import wait_all
+from .pushpool import empty_spec
+from .waits import wait_all, wait_some
 
 SERVER = 0      # decides for all servers: replies' headers, probes and resumable states go to it
 
@@ -164,10 +165,14 @@ class PackedFrames:
 class _Flight:
     """One request/answer exchange with the servers: its requests, a deferred send, when it landed."""
 
-    def __init__(self, comm: MPI.Comm, out, inp, send_tag: Tag, recv_tag: Tag) -> None:
+    def __init__(self, comm: MPI.Comm, out, inp, send_tag: Tag, recv_tag: Tag, flow: bool = False) -> None:
         self.comm, self.send_tag, self.recv_tag = comm, send_tag, recv_tag
         self.out, self.inp = out, inp
         self.framed = not isinstance(out, Frame)    # a push (frames per server), not a header-only probe
+        self.flow = flow and self.framed            # each server's part waits for its GO (mpikanel.engine.flow)
+        self._gos: list[MPI.Request] = []
+        self._parts: list = []                      # buffer specs of the parts still waiting for a GO
+        self._unsent = 0
         self._in = inp.receives(recv_tag) if self.framed else [([inp.buf, MPI.BYTE], SERVER, recv_tag)]
         self.reqs: list[MPI.Request] = []
         self.t_sent = 0.0
@@ -188,7 +193,20 @@ class _Flight:
     def _send(self) -> None:
         self.send_at = None
         specs = self.out.specs() if self.framed else [[self.out.buf, MPI.BYTE]]    # probes: to server 0
+        if self.flow:
+            self._parts, self._unsent = specs, len(specs)
+            self._gos = [self.comm.Irecv(empty_spec(), source=k, tag=Tag.GO) for k in range(len(specs))]
+            self.reqs.extend(self.comm.Isend(empty_spec(), dest=k, tag=Tag.ASK) for k in range(len(specs)))
+            return
         self.reqs.extend(self.comm.Isend(spec, dest=k, tag=self.send_tag) for k, spec in enumerate(specs))
+
+    def _go(self, block: bool) -> bool:
+        """Send each server's part whose GO is here (waiting for one if ``block``); True once all are sent."""
+        done = wait_some(self._gos) if block else MPI.Request.Testsome(self._gos)
+        for k in done or ():
+            self.reqs.append(self.comm.Isend(self._parts[k], dest=k, tag=self.send_tag))
+            self._unsent -= 1
+        return self._unsent == 0
 
     def poll(self) -> bool:
         """Send a due deferred request, then test; True once landed (caller holds MPI)."""
@@ -197,6 +215,8 @@ class _Flight:
                 if time.perf_counter() < self.send_at:
                     return False
                 self._send()
+            if self._unsent and not self._go(block=False):
+                return False
             # one Testall may take in only one arrived message (Intel MPI): a dense reply is two
             # per server, so test as often as there are requests before calling it not landed
             if any(MPI.Request.Testall(self.reqs) for _ in self.reqs):
@@ -212,6 +232,8 @@ class _Flight:
                 self.delayed_s = max(0.0, self.send_at - t0)
                 time.sleep(self.delayed_s)
                 self._send()
+            while self._unsent:
+                self._go(block=True)
             wait_all(self.reqs)
             self.landed = time.perf_counter()
             return self.landed - t0
@@ -219,7 +241,7 @@ class _Flight:
 
     def close(self) -> None:
         """The answer was taken: nothing in flight."""
-        self.reqs, self.driven = [], False
+        self.reqs, self.driven, self._gos, self._parts = [], False, [], []
 
 
 def _no_checkpoint_dir(state: dict, seq: int) -> dict:
@@ -231,7 +253,9 @@ class WorkerClient:
 
     ``start`` posts Isend(delta) + Irecv(reply); ``test`` returns the reply once it is here;
     ``wait`` blocks inside MPI (yielding the CPU). ``exchange`` is start + wait. An injected
-    link delay defers the Isend without blocking, like a slow link would deliver it.
+    link delay defers the Isend without blocking, like a slow link would deliver it. Under flow
+    control (``flow``) the Isend is a header-less ASK to each server, and each server's part moves
+    when its GO lands (driven like the rest).
     ``probe_start``/``probe_test``/``probe_wait`` do the same with a header-only PROBE, which
     the server answers at once with its queue, service time, version and update norm (ESP).
 
@@ -250,14 +274,16 @@ class WorkerClient:
     def __init__(self, comm: MPI.Comm, n_params: int, progress: bool | None = None,
                  servers: ServerMap | None = None, push_mode: str = "dense",
                  stop_requested: Callable[[], bool] | None = None,
-                 write_part: Callable[[dict, int], dict] | None = None) -> None:
+                 write_part: Callable[[dict, int], dict] | None = None, flow: bool = False) -> None:
+        """``flow``: each push asks its servers first and moves on their GO (mpikanel.engine.flow;
+        the servers must agree)."""
         self.comm = comm
         smap = servers if servers is not None else ServerMap(n_params, 1)
         if push_mode == "dense":
             out, inp = SlicedFrame(n_params, smap), SlicedFrame(n_params, smap)
         else:
             out, inp = PackedFrames(n_params, smap, push_mode), PackedFrames(n_params, smap, push_mode)
-        self._ex = _Flight(comm, out, inp, Tag.PUSH, Tag.REPLY)
+        self._ex = _Flight(comm, out, inp, Tag.PUSH, Tag.REPLY, flow)
         self.push_mode = push_mode
         self._pr = _Flight(comm, Frame.allocate(0), Frame.allocate(0), Tag.PROBE, Tag.PROBE_REPLY)
         self.out, self.inp = self._ex.out, self._ex.inp

@@ -37,6 +37,8 @@ class Tag(IntEnum):
                       # snapshot as its own contiguous message (a joined datatype is packed by MPI)
     SNAPSHOT = 20     # server k > 0 -> server 0, after its SERVER_STATS: its range of each loss-curve
                       # snapshot, oldest first (float32; once, at the end of the run)
+    ASK = 21          # worker -> server, flow control: no data, "may I push?" (mpikanel.engine.flow)
+    GO = 22           # server -> worker, flow control: no data, "a frame is posted for your push"
 
 
 class H(IntEnum):
