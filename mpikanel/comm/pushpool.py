@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 from mpi4py import MPI
 
-from ..engine.flow import POOL_START, Grants
+from ..engine.flow import FLOW_FRAMES, POOL_START, Grants
 from ..engine.messages import Frame, Tag
 
 class PushPool:
@@ -174,4 +174,6 @@ class GrantedPool:
 
 def push_pool(comm: MPI.Comm, first: int, slots: int, n_workers: int, flow: bool) -> PushPool | GrantedPool:
     """The receives for pushes: flow-controlled (``flow``) or ``ANY_SOURCE``."""
-    return (GrantedPool if flow else PushPool)(comm, first, slots, n_workers)
+    if flow:
+        return GrantedPool(comm, first, slots, n_workers, FLOW_FRAMES)
+    return PushPool(comm, first, slots, n_workers)

@@ -38,6 +38,7 @@ import numpy as np
 from mpi4py import MPI
 
 from ..engine.arrivals import BACKOFF, ArrivalForecast
+from ..engine.flow import FLOW_SNAPSHOTS
 from ..engine.outcome import Outcome, Send
 from ..engine.server_core import Push, ServerCore, ServerStats
 from ..hetero import sleep_for
@@ -45,7 +46,7 @@ from ..engine.servermap import ServerMap
 from ..engine.sparse import capacity
 from ..summary import peak_rss_mb
 from .pushpool import push_pool
-from .waits import wait_some
+from .waits import wait_all, wait_some
 from ..engine.messages import OP_INTS, Flag, Frame, H, M, Op, Tag, control_ints, write_answer
 
 __all__ = ["ParameterServer", "ReplySnapshots", "ServerStats"]
@@ -53,10 +54,11 @@ __all__ = ["ParameterServer", "ReplySnapshots", "ServerStats"]
 
 class ReplySnapshots:
     """Read-only copies of the parameters replies are sent from: one per version, shared by every
-    reply at that version, recycled once all the sends that read it have completed."""
+    reply at that version, recycled once all the sends that read it have completed; at most
+    ``limit`` of them (None: no bound), the oldest one's sends waited for before another is taken."""
 
-    def __init__(self, n_params: int) -> None:
-        self.n_params = n_params
+    def __init__(self, n_params: int, limit: int | None = None) -> None:
+        self.n_params, self.limit = n_params, limit
         self.version = -1
         self.current: np.ndarray | None = None
         self.sends: list[MPI.Request] = []
@@ -71,6 +73,9 @@ class ReplySnapshots:
         if self.current is not None:
             self.retired.append((self.current, self.sends))
         self._reclaim()
+        while self.limit is not None and len(self.retired) >= self.limit:
+            wait_all(self.retired[0][1])        # its workers are receiving it: they posted the receive
+            self._reclaim()
         buf = self.free.pop() if self.free else np.empty(self.n_params)
         np.copyto(buf, params)
         self.current, self.sends, self.version = buf, [], version
@@ -120,7 +125,7 @@ class Traffic:
         self.flow = flow
         self.pool = push_pool(comm, first, capacity(mode, n), n_workers, flow)
         self.outbox = [Frame.allocate(0) for _ in range(n_workers)]     # header + meta only
-        self.snapshots = ReplySnapshots(n)
+        self.snapshots = ReplySnapshots(n, FLOW_SNAPSHOTS if flow else None)
         self.split = mode == "dense"    # dense replies as header + contiguous range (worker.SlicedFrame)
         self.sends: list[MPI.Request] = [MPI.REQUEST_NULL] * n_workers
         self.data_sends: list[MPI.Request] = [MPI.REQUEST_NULL] * n_workers

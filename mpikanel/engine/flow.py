@@ -6,7 +6,10 @@ memory of its own until a receive matches it: Intel MPI's shared-memory transpor
 server at 64 workers held about one model copy per worker (docs/results.md). Under flow control
 a worker first sends a header-less ASK; the server answers GO once a frame of its pool is
 posted for that worker alone, and only then does the push move. The server holds at most its
-pool's frames, whatever the number of workers, for one small round trip per push.
+pool's frames, whatever the number of workers, for one small round trip per push. It also keeps
+at most FLOW_SNAPSHOTS reply snapshots (mpikanel.comm.server.ReplySnapshots): with 64
+asynchronous workers a server otherwise kept up to 8 copies of the model for replies still
+being received.
 """
 from __future__ import annotations
 
@@ -14,6 +17,10 @@ from collections import deque
 
 #: push frames a server posts at start; its pool grows past this only while pushes are held
 POOL_START = 4
+#: under flow control a server starts with this many push frames (an ask waits for one, not MPI's memory)
+FLOW_FRAMES = 2
+#: and keeps at most this many reply snapshots (the oldest one's replies land before another is taken)
+FLOW_SNAPSHOTS = 2
 #: --flow-control choices
 FLOW_CONTROL = ("auto", "on", "off")
 #: ``auto`` turns flow control on for dense pushes of at least this many bytes per server

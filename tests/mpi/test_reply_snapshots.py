@@ -45,3 +45,33 @@ def test_a_snapshot_whose_send_is_pending_is_not_reused():
     comm.Recv(recv, source=0, tag=8)
     send.Wait()
     assert (recv == 1).all()
+
+
+@pytest.mark.mpi(min_size=2)
+def test_a_bounded_set_waits_for_its_oldest_copy_before_taking_another():
+    import time
+
+    from mpi4py import MPI
+
+    from mpikanel.comm.server import ReplySnapshots
+    comm = MPI.COMM_WORLD
+    n = 2_000_000                                  # 16 MB: a send completes only with its receive
+    if comm.Get_rank() == 1:                       # a worker that is slow to take its reply
+        time.sleep(0.5)
+        recv = np.empty(n)
+        comm.Recv(recv, source=0, tag=9)
+        assert (recv == 1).all()
+        comm.Recv(recv, source=0, tag=10)
+        assert (recv == 0).all()
+    if comm.Get_rank() != 0:
+        return
+    snaps = ReplySnapshots(n, limit=2)
+    a = snaps.get(1, np.ones(n))
+    sa = comm.Isend(a, dest=1, tag=9)
+    snaps.sent(sa)
+    b = snaps.get(2, np.zeros(n))
+    snaps.sent(comm.Isend(b, dest=1, tag=10))
+    assert not sa.Test()                           # the worker has not taken a yet
+    c = snaps.get(3, np.full(n, 3.0))              # two copies live: a's send is waited for, a is reused
+    assert c is a and snaps.peak == 2 and len(snaps.retired) == 1 and (c == 3).all()
+    MPI.Request.Waitall(snaps.retired[0][1])
