@@ -43,3 +43,10 @@ def test_the_pool_grows_only_when_nothing_could_land_otherwise():
     assert g.grant(grow=True) == [] and g.frames == 3
     g.released(1)
     assert g.grant(grow=False) == [(2, 1)]
+
+
+def test_a_server_polls_right_after_a_go_and_only_while_a_granted_push_is_out():
+    from mpikanel.engine.flow import GRANTED_POLL_S, polls_for_granted
+    assert polls_for_granted(1, 0.0) and polls_for_granted(3, GRANTED_POLL_S / 2)
+    assert not polls_for_granted(0, 0.0)                    # nothing granted: the forecast decides
+    assert not polls_for_granted(1, 2 * GRANTED_POLL_S)     # a worker slow to push: back to the backoff

@@ -62,10 +62,10 @@ class FollowerServer:
             pool.ensure()       # a frame stays posted while one is free: any worker may push
             n = len(pool.requests)
             statuses: list[MPI.Status] = []
-            done = wait_some(pool.requests + [self._control_recv], statuses, self._traffic.forecast.pause)
+            done = wait_some(pool.requests + [self._control_recv], statuses, self._traffic.pause)
             t0 = time.perf_counter()
             pushed = [(i, st) for i, st in zip(done, statuses) if i < n]
-            for w in pool.landed([i for i, _ in pushed], [st for _, st in pushed]):
+            for w in self._traffic.landed([i for i, _ in pushed], [st for _, st in pushed]):
                 self._arrived(w)
             if n in done:
                 core.add_ops(self._control)

@@ -7,6 +7,8 @@ with what completed, ``frame``/``release`` per worker, and ``close``.
 """
 from __future__ import annotations
 
+import time
+
 import numpy as np
 from mpi4py import MPI
 
@@ -29,6 +31,7 @@ class PushPool:
         self.requests: list[MPI.Request] = []
         self.at = np.full(n_workers, -1, dtype=np.int64)    # worker -> the frame holding its push
         self.posted = 0
+        self.asked: list[int] = []      # no asks: pushes come unannounced
         self.queued = 0         # pushes waiting for a frame are MPI's, not counted (GrantedPool counts its asks)
         for _ in range(max(1, min(start, n_workers))):
             self._grow()
@@ -104,6 +107,8 @@ class GrantedPool:
         self.at = np.full(n_workers, -1, dtype=np.int64)    # worker -> the frame holding its push
         self.asks = [comm.Recv_init(empty_spec(), source=first + w, tag=Tag.ASK) for w in range(n_workers)]
         self.gos: list[MPI.Request] = [MPI.REQUEST_NULL] * n_workers
+        self.asked: list[int] = []          # the workers whose asks the last ``landed`` took
+        self.last_go = 0.0                  # perf_counter() of the last GO sent
         MPI.Prequest.Startall(self.asks)
 
     @property
@@ -124,7 +129,7 @@ class GrantedPool:
         """Take completed receives: ASKs queue their workers (and are posted again), pushes hold
         their frames; the workers whose pushes landed (rank order)."""
         nf = len(self.receives)
-        workers = []
+        workers, self.asked = [], []
         for i in indices:
             if i < nf:
                 w = self.owner[i]
@@ -134,6 +139,7 @@ class GrantedPool:
             else:
                 self.grants.asked(i - nf)
                 self.asks[i - nf].Start()
+                self.asked.append(i - nf)
         self._grant(grow=False)
         return sorted(workers)
 
@@ -160,6 +166,7 @@ class GrantedPool:
             self.receives[i] = self.comm.Irecv([self.frames[i].buf, MPI.BYTE], source=self.first + w, tag=Tag.PUSH)
             self.gos[w].Wait()          # long done: the worker took its last GO before pushing
             self.gos[w] = self.comm.Isend(empty_spec(), dest=self.first + w, tag=Tag.GO)
+            self.last_go = time.perf_counter()
 
     def close(self) -> None:
         """Cancel the ASK receives (no worker pushes any more), complete the GOs, free every request."""

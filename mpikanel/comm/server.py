@@ -37,8 +37,8 @@ from typing import Callable
 import numpy as np
 from mpi4py import MPI
 
-from ..engine.arrivals import BACKOFF, ArrivalForecast
-from ..engine.flow import FLOW_SNAPSHOTS
+from ..engine.arrivals import BACKOFF, PAUSE_MIN_S, ArrivalForecast
+from ..engine.flow import FLOW_SNAPSHOTS, polls_for_granted
 from ..engine.outcome import Outcome, Send
 from ..engine.server_core import Push, ServerCore, ServerStats
 from ..hetero import sleep_for
@@ -136,10 +136,24 @@ class Traffic:
     def arrived(self, w: int) -> tuple[Frame, np.ndarray | None, np.ndarray]:
         """Worker w's push frame, its keys (None: dense) and values; counts its bytes."""
         frame = self.pool.frame(w)
-        self.forecast.arrived(w, time.perf_counter())
         self.received += frame.nbytes(self.n)
         keys, values = frame.entries(self.n)
         return frame, keys, values
+
+    def landed(self, indices: list[int], statuses: list[MPI.Status]) -> list[int]:
+        """The pool's completed receives in: the workers whose pushes landed (rank order). The arrival
+        forecast learns when what the server waits for came: the asks under flow control, else the pushes."""
+        pushes = self.pool.landed(indices, statuses)
+        now = time.perf_counter()
+        for w in self.pool.asked if self.flow else pushes:
+            self.forecast.arrived(w, now)
+        return pushes
+
+    def pause(self, now: float, waited_s: float) -> float:
+        """How long a waiting server sleeps between tests (mpikanel.comm.waits.wait_some)."""
+        if self.flow and polls_for_granted(self.pool.grants.granted, time.perf_counter() - self.pool.last_go):
+            return PAUSE_MIN_S
+        return self.forecast.pause(now, waited_s)
 
     def wait_sent(self) -> None:
         """Complete every reply still being sent (the end of the run)."""
@@ -377,12 +391,12 @@ class ParameterServer:
         statuses: list[MPI.Status] = []
         done = self._wait_some(pool.requests + self._probe_recv, statuses)
         pushed = [(i, st) for i, st in zip(done, statuses) if i < n]
-        pushes = pool.landed([i for i, _ in pushed], [st for _, st in pushed])
+        pushes = self._traffic.landed([i for i, _ in pushed], [st for _, st in pushed])
         return pushes, sorted(i - n for i in done if i >= n)
 
     def _wait_some(self, requests: list[MPI.Request], statuses: list[MPI.Status]) -> list[int]:
         """Block inside MPI until some requests complete; their indices (statuses filled alike)."""
-        return wait_some(requests, statuses, self._traffic.forecast.pause)
+        return wait_some(requests, statuses, self._traffic.pause)
 
     def _answer_probe(self, w: int, queued: int) -> None:
         """Answer worker w's probe at once with what a push would meet now, and listen again."""

@@ -21,6 +21,8 @@ POOL_START = 4
 FLOW_FRAMES = 2
 #: and keeps at most this many reply snapshots (the oldest one's replies land before another is taken)
 FLOW_SNAPSHOTS = 2
+#: after a GO a waiting server tests at the shortest pause for this long: the push is one hop away
+GRANTED_POLL_S = 2e-3
 #: --flow-control choices
 FLOW_CONTROL = ("auto", "on", "off")
 #: ``auto`` turns flow control on for dense pushes of at least this many bytes per server
@@ -37,6 +39,12 @@ def flow_controlled(setting: str, push_mode: str, range_bytes: int, n_workers: i
     if setting != "auto":
         return setting == "on"
     return push_mode == "dense" and range_bytes >= FLOW_MIN_BYTES and n_workers > pool_start
+
+
+def polls_for_granted(granted: int, since_go_s: float) -> bool:
+    """Whether a waiting server tests at the shortest pause: a push it told GO is due (its arrival
+    forecast, mpikanel.engine.arrivals, learns the asks' times, not the pushes')."""
+    return granted > 0 and since_go_s < GRANTED_POLL_S
 
 
 class Grants:
