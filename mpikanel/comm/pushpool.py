@@ -15,7 +15,29 @@ from mpi4py import MPI
 from ..engine.flow import FLOW_FRAMES, POOL_START, Grants
 from ..engine.messages import Frame, Tag
 
-class PushPool:
+class _HeldFrames:
+    """Frames holding pushes: which worker's push is in which frame, until it is used up."""
+
+    frames: list[Frame]
+    at: np.ndarray              # worker -> the frame holding its push (-1: none)
+
+    def frame(self, w: int) -> Frame:
+        """The frame holding worker w's push."""
+        return self.frames[int(self.at[w])]
+
+    def release(self, w: int) -> None:
+        """Worker w's push is used up: its frame takes the next push."""
+        i = int(self.at[w])
+        if i < 0:
+            return
+        self.at[w] = -1
+        self._reuse(i)
+
+    def _reuse(self, i: int) -> None:
+        raise NotImplementedError
+
+
+class PushPool(_HeldFrames):
     """Receive buffers for pushes, shared by every worker: persistent ``ANY_SOURCE`` receives on
     as many frames as pushes are held or landing at once, not one frame per worker.
 
@@ -59,16 +81,8 @@ class PushPool:
         self.posted -= len(indices)
         return sorted(workers)
 
-    def frame(self, w: int) -> Frame:
-        """The frame holding worker w's push."""
-        return self.frames[int(self.at[w])]
-
-    def release(self, w: int) -> None:
-        """Worker w's push is used up: post its frame for the next push from anyone."""
-        i = int(self.at[w])
-        if i < 0:
-            return
-        self.at[w] = -1
+    def _reuse(self, i: int) -> None:
+        """Post frame i for the next push from anyone."""
         self.requests[i].Start()
         self.posted += 1
 
@@ -90,7 +104,7 @@ def empty_spec() -> list:
     return [NOTHING, 0, MPI.BYTE]
 
 
-class GrantedPool:
+class GrantedPool(_HeldFrames):
     """Flow-controlled receives for pushes: a worker's ASK queues it, a free frame is posted for
     that worker alone (``Irecv`` from its rank) and it is told GO, so no push ever arrives
     unexpected. The decisions are :class:`mpikanel.engine.flow.Grants`'; this moves the messages.
@@ -143,16 +157,8 @@ class GrantedPool:
         self._grant(grow=False)
         return sorted(workers)
 
-    def frame(self, w: int) -> Frame:
-        """The frame holding worker w's push."""
-        return self.frames[int(self.at[w])]
-
-    def release(self, w: int) -> None:
-        """Worker w's push is used up: its frame goes to the next ask."""
-        i = int(self.at[w])
-        if i < 0:
-            return
-        self.at[w] = -1
+    def _reuse(self, i: int) -> None:
+        """Frame i goes to the next ask."""
         self.grants.released(i)
         self._grant(grow=False)
 

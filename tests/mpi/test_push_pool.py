@@ -7,12 +7,43 @@ import pytest
 pytestmark = pytest.mark.mpi(min_size=3)
 
 
+@pytest.fixture(autouse=True)
+def _one_test_at_a_time():
+    """Every rank ends a test before any starts the next: an ASK receive still posted by one test's
+    pool would take the next test's asks."""
+    yield
+    from mpi4py import MPI
+    MPI.COMM_WORLD.barrier()
+
+
 def _landed(pool):
     from mpi4py import MPI
     pool.ensure()
     statuses = []
     done = MPI.Request.Waitsome(pool.requests, statuses)
     return pool.landed(done, statuses)
+
+
+def _serve_two_pushes_each_then_a_held_round(pool, comm, nw):
+    """Rank 0: pushes used up at once (ASP) need one frame; a held round (BSP) one per worker."""
+    got = []
+    while len(got) < 2 * nw:
+        for w in _landed(pool):
+            got.append((w, pool.frame(w).payload[0]))
+            pool.release(w)
+    assert len(pool.frames) == 1
+    assert sorted(got) == sorted((w, 100.0 * w + k) for w in range(nw) for k in range(2))
+    comm.barrier()
+    held = []
+    while len(held) < nw:            # every push held until all are in
+        held += _landed(pool)
+    assert len(pool.frames) == nw and sorted(held) == list(range(nw))
+    assert all(pool.frame(w).payload[0] == 100.0 * w + 7 for w in held)
+    pool.ensure()                    # every worker's one push is held: nothing more can arrive
+    assert len(pool.frames) == nw
+    for w in held:
+        pool.release(w)
+    pool.close()
 
 
 def test_pool_stays_small_while_pushes_are_used_up_and_grows_to_the_held_ones():
@@ -24,24 +55,7 @@ def test_pool_stays_small_while_pushes_are_used_up_and_grows_to_the_held_ones():
     rank, nw = comm.Get_rank(), comm.Get_size() - 1
     if rank == 0:
         pool = PushPool(comm, first=1, slots=4, n_workers=nw, start=1)
-        got = []
-        for _ in range(2 * nw):          # every push used up at once (ASP): one frame serves them all
-            for w in _landed(pool):
-                got.append((w, pool.frame(w).payload[0]))
-                pool.release(w)
-        assert len(pool.frames) == 1
-        assert sorted(got) == sorted((w, 100.0 * w + k) for w in range(nw) for k in range(2))
-        comm.barrier()
-        held = []
-        while len(held) < nw:            # every push held until all are in (a BSP round)
-            held += _landed(pool)
-        assert len(pool.frames) == nw and sorted(held) == list(range(nw))
-        assert all(pool.frame(w).payload[0] == 100.0 * w + 7 for w in held)
-        pool.ensure()                # every worker's one push is held: nothing more can arrive
-        assert len(pool.frames) == nw
-        for w in held:
-            pool.release(w)
-        pool.close()
+        _serve_two_pushes_each_then_a_held_round(pool, comm, nw)
     else:
         w = rank - 1
         frame = Frame.allocate(4)
@@ -68,22 +82,7 @@ def test_granted_pool_lets_no_push_arrive_before_its_go_and_grows_to_the_held_on
         time.sleep(0.2)
         # the asks are still unread: had any push been sent, it would be waiting here
         assert not comm.Iprobe(source=MPI.ANY_SOURCE, tag=Tag.PUSH)
-        got = []
-        while len(got) < 2 * nw:         # every push used up at once (ASP): one frame serves them all
-            for w in _landed(pool):
-                got.append((w, pool.frame(w).payload[0]))
-                pool.release(w)
-        assert len(pool.frames) == 1
-        assert sorted(got) == sorted((w, 100.0 * w + k) for w in range(nw) for k in range(2))
-        comm.barrier()
-        held = []
-        while len(held) < nw:            # every push held until all are in (a BSP round)
-            held += _landed(pool)
-        assert len(pool.frames) == nw and sorted(held) == list(range(nw))
-        assert all(pool.frame(w).payload[0] == 100.0 * w + 7 for w in held)
-        for w in held:
-            pool.release(w)
-        pool.close()
+        _serve_two_pushes_each_then_a_held_round(pool, comm, nw)
     else:
         w = rank - 1
         frame = Frame.allocate(4)
