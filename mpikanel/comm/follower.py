@@ -1,8 +1,9 @@
 """Server ranks 1..K-1: apply and answer exactly as server 0 decides, on their own key range.
 
-Each receives the workers' slices into a pool of frames (:class:`mpikanel.comm.pushpool.PushPool`, or its flow-controlled kin;
-a frame is held from a push's arrival until server 0's REPLY op for it) and keeps one persistent
-receive for server 0's CONTROL messages; :class:`mpikanel.engine.follower_core.FollowerCore`
+Each receives the workers' slices into a pool of frames (:class:`mpikanel.comm.pushpool.PushPool`,
+or its flow-controlled :class:`~mpikanel.comm.pushpool.GrantedPool`; a frame is held from a
+push's arrival until server 0's REPLY op for it) and keeps one persistent receive for server 0's
+CONTROL messages; :class:`mpikanel.engine.follower_core.FollowerCore`
 orders the ops against the pushes (and keeps this range of the loss-curve snapshots, which go to
 server 0 after the END op). Replies carry the range from a shared per-version snapshot, like server 0's.
 """
@@ -34,7 +35,8 @@ class FollowerServer:
                  unapplied: np.ndarray | None = None, backoff: float = BACKOFF, flow: bool = False) -> None:
         """``write_part(seq, range, unapplied)`` writes this rank's part of checkpoint seq (its manifest
         entry); ``unapplied``: what the run resumed from had scaled away (the whole vector); ``backoff``:
-        the waits' (mpikanel.engine.arrivals.backoff_for); ``flow``: pushes ask first (mpikanel.engine.flow)."""
+        the waits' (mpikanel.engine.arrivals.backoff_for); ``flow``: pushes ask first
+        (mpikanel.engine.flow)."""
         self.comm = comm
         self.write_part = write_part
         self.rank = comm.Get_rank()

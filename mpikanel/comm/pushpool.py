@@ -15,6 +15,7 @@ from mpi4py import MPI
 from ..engine.flow import FLOW_FRAMES, POOL_START, Grants
 from ..engine.messages import Frame, Tag
 
+
 class _HeldFrames:
     """Frames holding pushes: which worker's push is in which frame, until it is used up."""
 

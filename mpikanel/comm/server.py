@@ -5,11 +5,12 @@ for frames (``Waitsome`` over a pool of persistent ``ANY_SOURCE`` receives, whic
 MPI so an idle server yields the CPU), decodes them, and performs the
 :class:`~mpikanel.engine.outcome.Outcome` each core call answers with (``Isend`` its replies,
 free its frames, forward its ops, collect its checkpoint entries). The pool
-(:class:`mpikanel.comm.pushpool.PushPool`) holds as many frames as pushes are held or landing, not one per worker: a
-buffer goes back to the pool once its delta is applied (at once under ASP, SSP and ESP; at the
-round's release under BSP and PSP), and a push that finds no posted buffer waits in MPI. Under
-flow control (``flow``: large pushes, mpikanel.engine.flow) it waits at its worker instead: the
-worker asks, and sends once a frame is posted for it (:class:`mpikanel.comm.pushpool.GrantedPool`).
+(:class:`mpikanel.comm.pushpool.PushPool`) holds as many frames as pushes are held or landing,
+not one per worker: a buffer goes back to the pool once its delta is applied (at once under
+ASP, SSP and ESP; at the round's release under BSP and PSP), and a push that finds no posted
+buffer waits in MPI. Under flow control (``flow``: large pushes, mpikanel.engine.flow) it waits
+at its worker instead: the worker asks, and sends once a frame is posted for it
+(:class:`mpikanel.comm.pushpool.GrantedPool`).
 
 A dense reply is two messages, the worker's small header block (REPLY) and its range read in place from a read-only snapshot of the parameters that every reply
 at the same version shares (REPLY_DATA; :class:`ReplySnapshots`), so the server holds a few
@@ -151,7 +152,7 @@ class Traffic:
 
     def pause(self, now: float, waited_s: float) -> float:
         """How long a waiting server sleeps between tests (mpikanel.comm.waits.wait_some)."""
-        if self.flow and polls_for_granted(self.pool.grants.granted, time.perf_counter() - self.pool.last_go):
+        if self.flow and polls_for_granted(self.pool.grants.granted, now - self.pool.last_go):
             return PAUSE_MIN_S
         return self.forecast.pause(now, waited_s)
 

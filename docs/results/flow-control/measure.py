@@ -95,7 +95,8 @@ def markdown(rows: list[dict], prov: dict) -> str:
            "| flow control | round | server peak RSS MiB | above baseline / model | push frames | wall s |",
            "|---|---|---|---|---|---|"]
     for r in (r for r in rows if r["part"] == "memory"):
-        out.append(f"| {r['flow']} | {r['round']} | {r['peak_rss_mb']:.0f} | {(r['peak_rss_mb'] - base) / MODEL_MIB:.1f}x "
+        above = (r["peak_rss_mb"] - base) / MODEL_MIB
+        out.append(f"| {r['flow']} | {r['round']} | {r['peak_rss_mb']:.0f} | {above:.1f}x "
                    f"| {r['push_buffers']} | {r['wall_s']:.1f} |")
     out += ["", "## Cost per push, 9 ranks (8 workers), 1M parameters as dense frames (medians of the seeds)", "",
             "| sync | flow control | runs | pushes/s | server busy µs per push | wall s | server peak RSS MiB "
